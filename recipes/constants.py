@@ -1,0 +1,26 @@
+"""The one home for names that several parts of the recipe must agree on.
+
+Data prep writes them into every parquet row, the tool YAMLs and tool classes answer to them, the reward
+function and the launcher's preflight check against them. Change a value here and nowhere else.
+"""
+
+# verl routes rows with this data_source to its GSM8K scorer; our reward function keys on it too.
+DATA_SOURCE = "openai/gsm8k"
+HUB_DATASET = "openai/gsm8k"
+HUB_CONFIG = "main"
+ABILITY = "math"
+
+# The agent loop each row asks for. verl registers its ToolAgentLoop under this name; the recipe's
+# config/agent_loop.yaml re-declares the same name for the recipe's subclass, so the parquet works with
+# plain verl and with the recipe alike.
+AGENT_NAME = "tool_agent"
+
+# Tool names as the model sees them (the function names in config/tool_config/*.yaml).
+CALC_GSM8K_REWARD = "calc_gsm8k_reward"
+CALCULATOR = "calculator"
+
+# GSM8K solutions end with "#### <answer>"; the model is asked to do the same.
+ANSWER_MARKER = "####"
+INSTRUCTION = 'Let\'s think step by step and output the final answer after "####".'
+
+SPLITS = ("train", "test")

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# One command on a fresh CPU machine: build the pinned test environment (.venv) and run the whole suite.
+#   bash scripts/run_tests.sh            # extra arguments go to pytest, e.g. -k data_prep
+set -euo pipefail
+
+REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+VENV=${VENV:-$REPO_ROOT/.venv}
+PYTHON=${PYTHON:-python3}
+
+if ! "$PYTHON" -c 'import sys; sys.exit(not (3, 10) <= sys.version_info[:2] <= (3, 12))'; then
+  echo "error: verl 0.9.1 needs Python 3.10-3.12; $("$PYTHON" --version 2>&1) found (set PYTHON=python3.11)" >&2
+  exit 1
+fi
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "[run_tests] creating $VENV"
+  "$PYTHON" -m venv "$VENV"
+fi
+echo "[run_tests] installing requirements/test.txt (about 3 minutes the first time, seconds after)"
+"$VENV/bin/python" -m pip install -q --upgrade pip
+"$VENV/bin/python" -m pip install -q -r "$REPO_ROOT/requirements/test.txt"
+
+cd "$REPO_ROOT"
+export WANDB_ERROR_REPORTING=false WANDB_MODE=offline HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
+exec "$VENV/bin/python" -m pytest "$@"

@@ -1,0 +1,36 @@
+"""Fixtures shared across the suite. Test doubles live in testkit/ (importable by benchmarks too)."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+# Never talk to W&B from tests: no error reports, no runs, no traffic off this machine.
+os.environ.setdefault("WANDB_ERROR_REPORTING", "false")
+os.environ.setdefault("WANDB_MODE", "offline")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED_GSM8K = REPO_ROOT.parent / "shared" / "data" / "gsm8k"
+MINI_GSM8K = REPO_ROOT / "tests" / "fixtures" / "gsm8k_mini"
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return REPO_ROOT
+
+
+@pytest.fixture(scope="session")
+def shared_gsm8k_dir() -> Path:
+    """The real GSM8K (OpenAI grade-school-math, 7473 train / 1319 test rows) beside the repo."""
+    if not (SHARED_GSM8K / "train.jsonl").is_file():
+        pytest.skip(f"real GSM8K not found at {SHARED_GSM8K} (../shared/data/gsm8k beside the repo)")
+    return SHARED_GSM8K
+
+
+@pytest.fixture(scope="session")
+def mini_gsm8k_dir() -> Path:
+    """Our own small GSM8K-style rows (tests/fixtures/gsm8k_mini)."""
+    return MINI_GSM8K
