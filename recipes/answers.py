@@ -1,0 +1,43 @@
+"""Reading numeric answers out of model text, and comparing them with GSM8K ground truth.
+
+Shared by the reward function and the `calc_gsm8k_reward` tool so both judge an answer the same way.
+Numbers compare by value ("72.0", "72", "$72" and "72." all equal "72"), unlike verl's string compare.
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal, InvalidOperation
+
+from recipes.constants import ANSWER_MARKER
+
+_NUMBER = r"-?\$?\d[\d,]*(?:\.\d+)?"
+_STRICT = re.compile(re.escape(ANSWER_MARKER) + r"\s*(" + _NUMBER + r")")
+_ANY_NUMBER = re.compile(_NUMBER)
+
+
+def to_decimal(text: str | None) -> Decimal | None:
+    if text is None:
+        return None
+    cleaned = str(text).strip().replace(",", "").replace("$", "").rstrip(".")
+    try:
+        value = Decimal(cleaned)
+    except InvalidOperation:
+        return None
+    return value if value.is_finite() else None
+
+
+def extract_answer(text: str, method: str = "strict") -> str | None:
+    """strict: the number after the last `####`; flexible: the last number anywhere."""
+    if method == "strict":
+        found = _STRICT.findall(text)
+    elif method == "flexible":
+        found = _ANY_NUMBER.findall(text)
+    else:
+        raise ValueError(f"method must be 'strict' or 'flexible', not {method!r}")
+    return found[-1].replace(",", "").replace("$", "") if found else None
+
+
+def answers_match(prediction: str | None, ground_truth: str) -> bool:
+    pred, truth = to_decimal(prediction), to_decimal(ground_truth)
+    return pred is not None and truth is not None and pred == truth

@@ -1,0 +1,99 @@
+"""tools/arithmetic.py and tools/calculator.py: exact results, clean numbers, bounded work, no Python."""
+
+import asyncio
+import time
+
+import pytest
+
+from tools.arithmetic import CalcError, calculate
+
+
+@pytest.mark.parametrize(
+    "expression, expected",
+    [
+        ("48/2", "24"), ("(16-3-4)*2", "18"), ("1.5*4", "6"), ("2**10", "1024"), ("1,000+250", "1250"),
+        ("-3+1", "-2"), ("-(-5)", "5"), ("0.1+0.2", "0.3"), ("1/3", "0.3333333333"), ("2/3", "0.6666666667"),
+        ("15%", "0.15"), ("20%*50", "10"), ("50%+1", "1.5"), ("(10+5)%*200", "30"), ("3 x 4", "12"),
+        ("10÷4", "2.5"), ("6×7", "42"), ("5^2", "25"), ("2**-2", "0.25"), ("$12*3", "36"), ("48/2=", "24"),
+        ("1e3", "1000"), ("-0.5*0", "0"), ("7/2*2", "7"),
+    ],
+)
+def test_results_are_exact_and_cleanly_formatted(expression, expected):
+    assert calculate(expression) == expected
+
+
+@pytest.mark.parametrize(
+    "expression, message",
+    [
+        ("1/0", "division by zero"), ("0**-1", "division by zero"), ("5/(2-2)", "division by zero"),
+        ("9**9**9", "exponent too large"), ("2**0.5", "whole-number exponents"), ("(2**100)", "result too large"),
+        ("10**20*10**20", "result too large"), ("x" * 10_000, "expression too long"),
+        ("__import__('os').system('x')", "function calls"), ("open('/etc/passwd')", "function calls"),
+        ("a+1", "the name 'a'"), ("'ab'*3", "the value 'ab'"), ("[1,2]", "List"), ("1 if 2 else 3", "IfExp"),
+        ("2 < 3", "Compare"), ("(1).__class__", "Attribute"), ("lambda: 1", "Lambda"), ("1;2", "cannot parse"),
+        ("", "empty expression"), ("+".join(["1"] * 99), "too complex"), ("12,34+1", "Tuple"),
+    ],
+)
+def test_bad_input_is_a_message_not_an_exception_leak(expression, message):
+    with pytest.raises(CalcError, match=message):
+        calculate(expression)
+
+
+def test_hostile_inputs_return_fast():
+    for expression in ("9**9**9", "9**99", "9" * 199, "2**100*2**100", "x" * 10_000):
+        start = time.perf_counter()
+        with pytest.raises(CalcError):
+            calculate(expression)
+        assert time.perf_counter() - start < 0.05, expression
+
+
+def test_deep_nesting_is_fine():
+    assert calculate("(" * 90 + "2" + ")" * 90 + "*3") == "6"
+
+
+def test_non_string_expression_is_refused():
+    with pytest.raises(CalcError, match="must be a string"):
+        calculate(42)
+
+
+@pytest.fixture(scope="module")
+def calculator_tool():
+    from recipes.tool_sets import get_tool_set
+    from verl.tools.tool_registry import initialize_tools_from_config
+
+    (tool,) = initialize_tools_from_config(str(get_tool_set("calculator").config_path))
+    return tool
+
+
+def _call(tool, parameters, create_kwargs=None):
+    async def go():
+        instance_id, _ = await tool.create(create_kwargs=create_kwargs or {"row_index": 3})
+        try:
+            return await tool.execute(instance_id, parameters)
+        finally:
+            await tool.release(instance_id)
+
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize(
+    "parameters, text, metrics",
+    [
+        ({"expression": "48/2"}, "24", {"ok": 1}),
+        ({"expression": "1/0"}, "Error: division by zero", {"ok": 0, "error": "bad_expression"}),
+        ({"expression": 7}, "Error: the expression must be a string", {"ok": 0, "error": "bad_expression"}),
+        ({}, "missing argument", {"ok": 0, "error": "bad_arguments"}),
+        (["48/2"], "missing argument", {"ok": 0, "error": "bad_arguments"}),
+    ],
+)
+def test_calculator_tool_answers_with_text_and_metrics(calculator_tool, parameters, text, metrics):
+    response, reward, got_metrics = _call(calculator_tool, parameters)
+    assert response.text.startswith(text) and reward == 0.0 and got_metrics == metrics
+
+
+def test_calculator_tool_survives_its_own_bugs(calculator_tool, monkeypatch):
+    import tools.calculator as module
+
+    monkeypatch.setattr(module, "calculate", lambda e: 1 / 0)  # an unexpected exception inside the tool
+    response, _, metrics = _call(calculator_tool, {"expression": "1+1"})
+    assert response.text == "Error: could not evaluate (ZeroDivisionError)" and metrics["error"] == "internal"

@@ -1,0 +1,84 @@
+"""recipes/reward.py: only model-written text is scored; strict/flexible; the optional tool-call bonus."""
+
+import pytest
+
+from recipes.constants import DATA_SOURCE
+from recipes.reward import compute_score, count_tool_calls, model_written_text
+
+CALL = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "48+24"}}\n</tool_call>'
+
+
+def score(text, gt="72", **kw):
+    return compute_score(DATA_SOURCE, text, gt, extra_info={}, **kw)
+
+
+def test_correct_strict_answer_scores_one():
+    result = score("48+24 = 72.\n#### 72")
+    assert result["score"] == 1.0 and result["acc"] == 1.0 and result["format_ok"] == 1.0 and result["pred"] == "72"
+
+
+@pytest.mark.parametrize("text", ["#### 72.0", "#### $72", "#### 72.", "#### 72,", "so #### 70 no wait #### 72"])
+def test_strict_compares_values_and_takes_the_last_marker(text):
+    assert score(text)["acc"] == 1.0
+
+
+def test_strict_needs_the_marker_flexible_does_not():
+    assert score("The answer is 72.")["score"] == 0.0
+    assert score("The answer is 72.")["format_ok"] == 0.0
+    flexible = score("The answer is 72.", method="flexible")
+    assert flexible["score"] == 1.0 and flexible["acc_strict"] == 0.0 and flexible["acc_flexible"] == 1.0
+
+
+def test_a_number_only_in_a_tool_response_scores_zero():
+    # Exactly the shape verl's reward manager decodes: the tool printed the answer, the model did not.
+    text = (f'{CALL}\nuser\n<tool_response>\n#### 72\n</tool_response>\nassistant\nI am not sure.')
+    for method in ("strict", "flexible"):
+        assert score(text, method=method)["score"] == 0.0, method
+
+
+def test_a_truncated_tool_response_is_cut_to_the_end():
+    text = f"{CALL}\nuser\n<tool_response>\n72 and then the response ran out of room"
+    assert model_written_text(text).strip() == CALL
+    assert score(text, method="flexible")["acc"] == 0.0
+
+
+def test_answers_after_tool_use_still_count():
+    text = f"{CALL}\nuser\n<tool_response>\n72\n</tool_response>\nassistant\nSo the total is 72.\n#### 72"
+    assert score(text)["score"] == 1.0
+
+
+def test_tool_call_bonus_is_off_by_default_and_paid_once():
+    wrong_with_calls = f"{CALL}{CALL}\n#### 70"
+    assert score(wrong_with_calls)["score"] == 0.0
+    result = score(wrong_with_calls, tool_call_bonus=0.1)
+    assert result["score"] == pytest.approx(0.1) and result["num_tool_calls"] == 2 and result["tool_bonus"] == 0.1
+    assert score(f"{CALL}\n#### 72", tool_call_bonus=0.1)["score"] == pytest.approx(1.1)
+    assert score("#### 72", tool_call_bonus=0.1)["score"] == 1.0
+
+
+@pytest.mark.parametrize(
+    "body, expected",
+    [
+        ('{"name": "calculator", "arguments": {"expression": "1"}}', (1, 0)),
+        ('{"name": "calc_gsm8k_reward", "arguments": {"answer": "1"}}', (1, 0)),
+        ('{"name": "calculator", "arguments": "1+1"}', (0, 1)),
+        ('{"name": "python", "arguments": {}}', (0, 1)),
+        ('{"name": "calculator", "arguments": {', (0, 1)),
+    ],
+)
+def test_only_well_formed_calls_count(body, expected):
+    assert count_tool_calls(f"<tool_call>\n{body}\n</tool_call>") == expected
+    assert score(f"<tool_call>{body}</tool_call>", tool_call_bonus=0.1)["tool_bonus"] == (0.1 if expected[0] else 0.0)
+
+
+def test_every_sample_reports_the_same_keys_and_types():
+    a, b = score("#### 72"), score("nothing", method="strict")
+    assert a.keys() == b.keys()
+    assert all(type(a[k]) is type(b[k]) for k in a)
+
+
+def test_wrong_data_source_and_method_are_refused():
+    with pytest.raises(ValueError, match="openai/gsm8k"):
+        compute_score("lighteval/MATH", "#### 1", "1")
+    with pytest.raises(ValueError, match="strict' or 'flexible"):
+        score("#### 72", method="fuzzy")

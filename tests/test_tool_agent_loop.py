@@ -1,0 +1,156 @@
+"""Our tools inside verl 0.9.1's real ToolAgentLoop: real Qwen2.5 tokenizer, our YAML through verl's loader,
+verl's composed config. Only the LLM server is a stand-in (testkit.scripted_llm: scripted turns as tokens)."""
+
+import asyncio
+import time
+
+import pytest
+
+from data_prep.gsm8k_rows import SourceRecord, build_row
+from recipes.constants import CALC_GSM8K_REWARD, CALCULATOR, DATA_SOURCE
+from recipes.reward import compute_score
+from recipes.tool_sets import get_tool_set
+from testkit import agent_loop_harness as harness
+from testkit.qwen_tokenizer import load_qwen25_tokenizer
+from testkit.scripted_llm import ScriptedLLM, tool_call
+
+QUESTION = "Natalia sold 48 clips in April and half as many in May. How many clips did she sell in total?"
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return load_qwen25_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def config():
+    return harness.compose_trainer_config("both")
+
+
+@pytest.fixture(scope="module")
+def roomy_config():
+    """A response budget big enough for a 10,000-character tool call to reach the tool."""
+    return harness.compose_trainer_config("both", ("actor_rollout_ref.rollout.response_length=12000",))
+
+
+@pytest.fixture(scope="module")
+def tools(config):
+    return harness.load_tools(config)
+
+
+def make_row(ground_truth="72", question=QUESTION, index=0):
+    return build_row(SourceRecord(question, f"#### {ground_truth}", "test", index), "train", get_tool_set("both"))
+
+
+def rollout(tok, config, tools, turns, row=None):
+    server = ScriptedLLM(tok, lambda prompt: turns)
+
+    async def go():
+        return await harness.run_rollout(config, tok, server, tools, row or make_row())
+
+    return asyncio.run(go()), server
+
+
+def segments(tok, output):
+    """Decode the response as runs of equal mask: [(mask, text), ...]."""
+    runs, current, ids = [], None, []
+    for token, mask in zip(output.response_ids, output.response_mask, strict=True):
+        if mask != current and ids:
+            runs.append((current, tok.decode(ids)))
+            ids = []
+        current = mask
+        ids.append(token)
+    runs.append((current, tok.decode(ids)))
+    return runs
+
+
+def reward(tok, output, ground_truth="72", **kw):
+    text = harness.response_text_as_verl_scores_it(tok, output)
+    return compute_score(DATA_SOURCE, text, ground_truth, extra_info={}, **kw)
+
+
+def test_calculator_turn_then_answer(tok, config, tools):
+    first, last = tool_call(CALCULATOR, expression="48/2"), "48+24 = 72 clips.\n#### 72"
+    output, server = rollout(tok, config, tools, [first, last])
+    assert segments(tok, output) == [
+        (1, first + "<|im_end|>"),  # the model's tokens, trained on
+        (0, "\n<|im_start|>user\n<tool_response>\n24\n</tool_response><|im_end|>\n<|im_start|>assistant\n"),
+        (1, last + "<|im_end|>"),
+    ]
+    assert len(server.calls) == 2 and output.num_turns == 4  # user + 2 assistant + 1 tool turn
+    # No tokenization drift: the whole trajectory is what the chat template renders for the conversation.
+    messages = make_row()["prompt"] + [
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"type": "function", "function": {"name": CALCULATOR, "arguments": {"expression": "48/2"}}}]},
+        {"role": "tool", "content": "24"},
+        {"role": "assistant", "content": last},
+    ]
+    schemas = [t.tool_schema.model_dump(exclude_unset=True, exclude_none=True) for t in tools]
+    rendered = tok.apply_chat_template(messages, tools=schemas, tokenize=False)
+    assert tok.decode(output.prompt_ids + output.response_ids) + "\n" == rendered
+    # the second generate call saw exactly the tokens of the first turn plus the tool turn
+    assert server.calls[1]["prompt_ids"] == output.prompt_ids + output.response_ids[: len(server.calls[1]["prompt_ids"]) - len(output.prompt_ids)]
+    assert reward(tok, output)["score"] == 1.0
+    assert output.extra_fields["tool_rewards"] == [0.0]
+
+
+@pytest.mark.parametrize("ground_truth, verdict, step_reward", [("72", "correct", 1.0), ("70", "not correct", 0.0)])
+def test_answer_checker_reads_the_rows_ground_truth(tok, config, tools, ground_truth, verdict, step_reward):
+    turns = [tool_call(CALC_GSM8K_REWARD, answer="72"), "#### 72"]
+    output, _ = rollout(tok, config, tools, turns, make_row(ground_truth))
+    tool_text = segments(tok, output)[1][1]
+    assert f"<tool_response>\nYour answer 72 is {verdict}.\n</tool_response>" in tool_text
+    assert output.extra_fields["tool_rewards"] == [step_reward]
+
+
+HOSTILE = {
+    "unknown tool": (tool_call("python", code="print(1)"), "Unknown function 'python'"),
+    "import": (tool_call(CALCULATOR, expression="__import__('os').system('x')"), "Error: unsupported: function calls"),
+    "huge power": (tool_call(CALCULATOR, expression="9**9**9"), "Error: exponent too large"),
+    "division by zero": (tool_call(CALCULATOR, expression="1/0"), "Error: division by zero"),
+    "10k characters": (tool_call(CALCULATOR, expression="1+" * 5000 + "1"), "Error: expression too long"),
+    "wrong argument": (tool_call(CALCULATOR, expr="1+1"), "missing argument"),
+    "arguments not an object": ('<tool_call>\n{"name": "calculator", "arguments": "1+1"}\n</tool_call>', None),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_bad_calls_become_messages_and_the_loop_ends_normally(tok, config, roomy_config, tools, case):
+    call, message = HOSTILE[case]
+    start = time.perf_counter()
+    output, server = rollout(tok, roomy_config if case == "10k characters" else config, tools, [call, "Sorry.\n#### 72"])
+    assert time.perf_counter() - start < 5
+    runs = segments(tok, output)
+    assert runs[-1][1].endswith("#### 72<|im_end|>") and runs[-1][0] == 1  # the model got its next turn
+    if message:  # the tool (or verl, for an unknown tool) answered with a message the model can read
+        assert any(mask == 0 and message in text for mask, text in runs), runs
+    assert reward(tok, output)["acc"] == 1.0
+
+
+def test_malformed_call_json_ends_the_trajectory_cleanly(tok, config, tools):
+    """verl's hermes parser drops a tool call whose JSON does not parse; the turn then counts as final."""
+    call = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "1+1"\n</tool_call>'
+    output, server = rollout(tok, config, tools, [call, "#### 72"])
+    assert segments(tok, output) == [(1, call + "<|im_end|>")] and len(server.calls) == 1
+    result = reward(tok, output, tool_call_bonus=0.1)
+    assert result["score"] == 0.0 and result["num_bad_tool_calls"] == 1  # no answer, and no bonus for it
+
+
+def test_the_worker_survives_many_hostile_rollouts_at_once(tok, config, tools):
+    bad_calls = [call for call, _ in HOSTILE.values()]
+    server = ScriptedLLM(tok, lambda prompt: [bad_calls[len(prompt) % len(bad_calls)], "#### 1"])
+
+    async def go():
+        rows = [make_row("1", f"{QUESTION} Variant {'x' * i}", i) for i in range(16)]
+        return await asyncio.gather(*(harness.run_rollout(config, tok, server, tools, r) for r in rows))
+
+    outputs = asyncio.run(go())
+    assert len(outputs) == 16 and all(o.response_mask[-1] == 1 for o in outputs)
+
+
+def test_a_number_only_in_the_tool_response_earns_nothing(tok, config, tools):
+    turns = [tool_call(CALCULATOR, expression="70+2"), "I am not sure what the total is."]
+    output, _ = rollout(tok, config, tools, turns)
+    assert "<tool_response>\n72\n</tool_response>" in harness.response_text_as_verl_scores_it(tok, output)
+    for method in ("strict", "flexible"):
+        assert reward(tok, output, method=method)["score"] == 0.0

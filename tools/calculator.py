@@ -1,0 +1,36 @@
+"""`calculator`: an honest arithmetic tool for verl's ToolAgentLoop. It sees only the expression the model
+sends (never the row's answer) and answers with the exact result or a short error message."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from verl.tools.base_tool import BaseTool
+from verl.tools.schemas import ToolResponse
+from verl.utils.rollout_trace import rollout_trace_op
+
+from tools.arithmetic import CalcError, calculate
+
+logger = logging.getLogger(__name__)
+
+
+class CalculatorTool(BaseTool):
+    """Stateless: verl creates, executes and releases an instance per call; nothing to keep between them."""
+
+    @rollout_trace_op
+    async def execute(self, instance_id: str, parameters: dict[str, Any], **kwargs) -> tuple[ToolResponse, float, dict]:
+        expression = parameters.get("expression") if isinstance(parameters, dict) else None
+        if expression is None:
+            return _error("missing argument: call calculator with {\"expression\": \"48/2\"}", "bad_arguments")
+        try:
+            return ToolResponse(text=calculate(expression)), 0.0, {"ok": 1}
+        except CalcError as err:
+            return _error(f"Error: {err}", "bad_expression")
+        except Exception as err:  # a bug of ours must not end the rollout: tell the model, log for us
+            logger.exception("calculator failed on %r", expression)
+            return _error(f"Error: could not evaluate ({type(err).__name__})", "internal")
+
+
+def _error(text: str, kind: str) -> tuple[ToolResponse, float, dict]:
+    return ToolResponse(text=text), 0.0, {"ok": 0, "error": kind}
