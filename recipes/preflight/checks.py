@@ -1,0 +1,181 @@
+"""Each check reads the composed config and returns problems as one line each that says what to change."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from recipes.constants import AGENT_NAME
+from recipes.preflight.compose import REPO_ROOT
+
+REQUIRED_COLUMNS = ("data_source", "prompt", "reward_model", "extra_info", "agent_name")
+
+
+class Report:
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+        self.warnings: list[str] = []
+
+    def error(self, message: str) -> None:
+        self.errors.append(message)
+
+    def warn(self, message: str) -> None:
+        self.warnings.append(message)
+
+
+def _tool_names_in_yaml(path: str, report: Report) -> list[str] | None:
+    from verl.tools.tool_registry import initialize_tools_from_config
+
+    try:
+        return [tool.name for tool in initialize_tools_from_config(path)]
+    except Exception as err:
+        report.error(f"tool config {path} does not load through verl ({type(err).__name__}: {err})")
+        return None
+
+
+def check_data(config: DictConfig, tool_names: list[str] | None, report: Report) -> None:
+    import pyarrow.parquet as pq
+
+    for key in ("train_files", "val_files"):
+        files = OmegaConf.select(config, f"data.{key}")
+        for file in [files] if isinstance(files, str) else list(files or []):
+            path = Path(os.path.expanduser(file))
+            if not path.is_file():
+                report.error(f"data.{key}: {path} not found; run `python data_prep/gsm8k.py --local_save_dir "
+                             f"{path.parent}` or set DATA_DIR")
+                continue
+            schema = pq.read_schema(path)
+            missing = [c for c in REQUIRED_COLUMNS if c not in schema.names]
+            if missing:
+                report.error(f"{path}: missing columns {missing}; re-run python data_prep/gsm8k.py")
+                continue
+            row = pq.read_table(path, columns=["agent_name", "extra_info"]).slice(0, 1).to_pylist()[0]
+            if row["agent_name"] != AGENT_NAME:
+                report.error(f"{path}: rows ask for agent_name {row['agent_name']!r}, the recipe declares {AGENT_NAME!r}")
+            data_tools = sorted((row["extra_info"] or {}).get("tools_kwargs") or {})
+            data_set = (row["extra_info"] or {}).get("tool_set")
+            if tool_names is not None and data_tools != sorted(tool_names):
+                report.error(f"{path}: rows were prepared for tool set {data_set!r} (tools {data_tools}) but the tool "
+                             f"config offers {sorted(tool_names)}; re-run `python data_prep/gsm8k.py --tool_set "
+                             f"<set>` or set TOOL_SET={data_set}")
+
+
+def check_reward(config: DictConfig, report: Report) -> None:
+    path = OmegaConf.select(config, "reward.custom_reward_function.path")
+    name = OmegaConf.select(config, "reward.custom_reward_function.name")
+    if not path:
+        report.warn("reward.custom_reward_function.path is unset: verl's default GSM8K scorer will also score "
+                    "tool responses as if the model wrote them")
+        return
+    if not Path(path).is_file():
+        report.error(f"reward.custom_reward_function.path: {path} not found")
+        return
+    spec = importlib.util.spec_from_file_location("_preflight_reward", path)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as err:
+        report.error(f"reward function file {path} does not import ({type(err).__name__}: {err})")
+        return
+    if not callable(getattr(module, name, None)):
+        report.error(f"reward.custom_reward_function.name: {path} has no function {name!r}")
+
+
+def check_agent_loops(config: DictConfig, report: Report) -> None:
+    path = OmegaConf.select(config, "actor_rollout_ref.rollout.agent.agent_loop_config_path")
+    if not path or not Path(path).is_file():
+        report.error(f"actor_rollout_ref.rollout.agent.agent_loop_config_path: {path} not found")
+        return
+    entries = OmegaConf.load(path)
+    names = [entry.name for entry in entries]
+    if AGENT_NAME not in names:
+        report.error(f"{path} does not declare {AGENT_NAME!r}, the agent_name of every row")
+    for entry in entries:
+        module_name, _, cls = entry._target_.rpartition(".")
+        try:
+            module = importlib.import_module(module_name)
+            getattr(module, cls)
+        except Exception as err:
+            report.error(f"{path}: {entry.name} -> {entry._target_} does not import ({type(err).__name__}: {err})")
+
+
+def check_modules_are_ours(report: Report) -> None:
+    """`tools` is a common name: the workers must import this repo's, not another installed package's."""
+    for name in ("tools", "recipes"):
+        spec = importlib.util.find_spec(name)
+        origin = Path(spec.origin).resolve() if spec and spec.origin else None
+        if origin is None or REPO_ROOT not in origin.parents:
+            report.error(f"`import {name}` resolves to {origin}, not {REPO_ROOT / name}; put the repo root first on "
+                         "PYTHONPATH (the launcher does) or rename the other package")
+
+
+def check_tracing(config: DictConfig, report: Report) -> None:
+    trace = OmegaConf.select(config, "actor_rollout_ref.rollout.trace")
+    if not trace.backend:
+        return
+    if OmegaConf.select(config, "trainer.use_v1"):
+        report.error("trace.backend is set but trainer.use_v1=True: verl 0.9.1's V1 trainer never traces agent "
+                     "loops; set trainer.use_v1=False (the recipe's default) or TRACE=off")
+    if trace.max_samples_per_step_per_worker is not None and trace.max_samples_per_step_per_worker <= 0:
+        report.error("trace.max_samples_per_step_per_worker <= 0 records nothing; use a positive number or TRACE=off")
+    if not trace.token2text:
+        report.warn("trace.token2text=False: traces will show token ids only, no readable text")
+
+
+def check_gpus(config: DictConfig, report: Report, visible: int | None = None) -> None:
+    wanted = int(config.trainer.n_gpus_per_node)
+    if visible is None:
+        visible = count_visible_gpus()
+    if visible is None:
+        report.error("cannot count GPUs (no nvidia-smi and no CUDA torch); run on a GPU node, or DRY_RUN=1 to check only")
+    elif visible != wanted:
+        report.error(f"{visible} GPU(s) visible but trainer.n_gpus_per_node={wanted}; set N_GPUS_PER_NODE={visible} "
+                     "(or PROFILE=4gpu / 1gpu_smoke), or fix CUDA_VISIBLE_DEVICES")
+
+
+def count_visible_gpus() -> int | None:
+    if os.environ.get("PREFLIGHT_VISIBLE_GPUS"):  # for tests and odd clusters
+        return int(os.environ["PREFLIGHT_VISIBLE_GPUS"])
+    if shutil.which("nvidia-smi"):
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
+        count = sum(1 for line in out.splitlines() if line.startswith("GPU "))
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        return len([d for d in visible.split(",") if d.strip()]) if visible is not None else count
+    return None
+
+
+def check_wandb(config: DictConfig, report: Report) -> None:
+    loggers = OmegaConf.select(config, "trainer.logger") or []
+    uses = [x for x in ("wandb" in list(loggers) and "wandb logger",
+                        OmegaConf.select(config, "actor_rollout_ref.rollout.trace.backend") == "weave" and "weave trace")
+            if x]
+    if uses and not os.environ.get("WANDB_API_KEY") and not _netrc_has_wandb():
+        report.error(f"{' and '.join(uses)} need W&B credentials: export WANDB_API_KEY=... (or `wandb login`), "
+                     "or turn them off with LOGGER=console TRACE=off")
+
+
+def _netrc_has_wandb() -> bool:
+    netrc = Path(os.environ.get("NETRC", Path.home() / ".netrc"))
+    return netrc.is_file() and "api.wandb.ai" in netrc.read_text(errors="ignore")
+
+
+def run_all(config: DictConfig, launch: bool) -> Report:
+    report = Report()
+    tool_path = OmegaConf.select(config, "actor_rollout_ref.rollout.multi_turn.tool_config_path")
+    tool_names = _tool_names_in_yaml(tool_path, report) if tool_path else None
+    if not tool_path:
+        report.error("actor_rollout_ref.rollout.multi_turn.tool_config_path is unset: the model gets no tools")
+    check_data(config, tool_names, report)
+    check_reward(config, report)
+    check_agent_loops(config, report)
+    check_modules_are_ours(report)
+    check_tracing(config, report)
+    if launch:
+        check_gpus(config, report)
+        check_wandb(config, report)
+    return report

@@ -1,0 +1,46 @@
+"""The preflight's pieces in-process: stale keys, the YAML's reward knobs as verl reads them, module checks."""
+
+import pytest
+
+from recipes.preflight.compose import compose_config, validate_like_verl
+from recipes.preflight.stale_keys import stale_warnings
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        "+trainer.rollout_trace.backend=weave", "+trainer.rollout_trace.token2text=True",
+        "+custom_reward_function.path=recipes/reward.py", "custom_reward_function.name=compute_score",
+        "actor_rollout_ref.rollout.mode=async", "actor_rollout_ref.rollout.multi_turn.enable=True",
+        "actor_rollout_ref.rollout.over_sample_rate=0.1", "actor_rollout_ref.rollout.multi_stage_wake_up=True",
+        "data.return_raw_chat=True",
+    ],
+)
+def test_each_stale_key_is_flagged(override):
+    (warning,) = stale_warnings([override])
+    assert warning.startswith(f"'{override}'")
+
+
+def test_current_keys_are_not_flagged():
+    assert stale_warnings(["actor_rollout_ref.rollout.trace.backend=weave", "reward.custom_reward_function.path=x",
+                           "actor_rollout_ref.rollout.multi_turn.format=hermes", "trainer.use_v1=False"]) == []
+
+
+def test_reward_kwargs_reach_the_reward_function_as_verl_loads_it(repo_root):
+    """verl's own loader reads reward.custom_reward_function (path, name, reward_kwargs) from our config."""
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+
+    config = compose_config([f"reward.custom_reward_function.path={repo_root}/recipes/reward.py",
+                             "reward.custom_reward_function.reward_kwargs.tool_call_bonus=0.1"])
+    validate_like_verl(config)
+    reward_fn = get_custom_reward_fn(config)
+    call = '<tool_call>{"name": "calculator", "arguments": {"expression": "1"}}</tool_call>'
+    result = reward_fn(data_source="openai/gsm8k", solution_str=f"{call}\n#### 72", ground_truth="72", extra_info={})
+    assert result["score"] == pytest.approx(1.1) and result["tool_bonus"] == 0.1
+
+
+def test_trace_settings_in_the_recipe_config():
+    config = compose_config([])
+    trace = config.actor_rollout_ref.rollout.trace
+    assert (trace.backend, trace.token2text, config.trainer.use_v1) == ("weave", True, False)
+    assert trace.project_name == config.trainer.project_name
