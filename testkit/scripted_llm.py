@@ -11,6 +11,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from verl.utils.rollout_trace import rollout_trace_op
 from verl.workers.rollout.replica import TokenOutput
 
 
@@ -33,6 +34,7 @@ class ScriptedLLM:
     _turns: dict[str, int] = field(default_factory=dict)
     _scripts: dict[str, list[str]] = field(default_factory=dict)
 
+    @rollout_trace_op  # traced like verl's LLMServerClient.generate
     async def generate(self, *, request_id: str, prompt_ids: list[int], sampling_params: dict, **_) -> TokenOutput:
         if request_id not in self._scripts:
             self._scripts[request_id] = self.script_for(self.tokenizer.decode(prompt_ids))

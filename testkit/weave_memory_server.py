@@ -1,0 +1,117 @@
+"""Stand-in for W&B's Weave trace server: keeps calls and objects in memory, so the real weave client
+(`weave.trace.weave_client.WeaveClient`) can be exercised offline. weave 0.54 ships no local server.
+
+    server, client = install_memory_weave_client("my-project")   # later weave.init("my-project") returns it
+    ... run traced code ...
+    client.flush(); server.calls  # {call_id: {"start": ..., "end": ...}}
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from typing import Any
+
+from weave.trace_server_bindings.models import EnsureProjectExistsRes
+from weave.vendor.weave_server_sdk import types as t
+
+
+def _digest(payload: Any) -> str:
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:32]
+
+
+class MemoryTraceServer:
+    """The subset of the trace-server interface the weave client uses to record calls (weave 0.54: requests
+    are plain dicts, responses the SDK's models). Optional features (`get_*_processor`) are absent on
+    purpose: the client probes them with hasattr and then calls the server directly."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.starts: dict[str, dict] = {}
+        self.ends: dict[str, dict] = {}
+        self.objects: dict[str, Any] = {}
+        self.tables: dict[str, list] = {}
+        self.files: dict[str, bytes] = {}
+
+    # --- what the client calls ---------------------------------------------------------------------
+    def ensure_project_exists(self, entity: str, project: str) -> EnsureProjectExistsRes:
+        return EnsureProjectExistsRes(project_name=project)
+
+    def server_info(self) -> t.ServerInfoRes:
+        return t.ServerInfoRes(min_required_weave_python_version="0.0.0", trace_server_version="memory")
+
+    def call_start(self, req: dict) -> t.CallStartResponse:
+        start = dict(req["start"])
+        with self._lock:
+            self.starts[start["id"]] = start
+        return t.CallStartResponse(id=start["id"], trace_id=start["trace_id"])
+
+    def call_end(self, req: dict) -> dict:
+        end = dict(req["end"])
+        with self._lock:
+            self.ends[end["id"]] = end
+        return {}
+
+    def call_start_batch(self, req: dict) -> t.CallUpsertBatchResponse:
+        results = []
+        for item in req["batch"]:
+            if item.get("mode") == "start":
+                results.append(self.call_start(item["req"]))
+            else:
+                results.append(self.call_end(item["req"]))
+        return t.CallUpsertBatchResponse(res=results)
+
+    def obj_create(self, req: dict) -> t.ObjectCreateResponse:
+        obj = req["obj"]
+        digest = _digest(obj.get("val"))
+        with self._lock:
+            self.objects[digest] = obj.get("val")
+        return t.ObjectCreateResponse(digest=digest, object_id=obj.get("object_id"))
+
+    def table_create(self, req: dict) -> t.TableCreateResponse:
+        rows = list(req["table"]["rows"])
+        digest = _digest(rows)
+        with self._lock:
+            self.tables[digest] = rows
+        return t.TableCreateResponse(digest=digest, row_digests=[_digest(r) for r in rows])
+
+    def file_create(self, req: dict) -> t.FileCreateResponse:
+        content = req["file"]
+        content = content[1] if isinstance(content, tuple) else content
+        content = content if isinstance(content, bytes) else getattr(content, "read", lambda: b"")()
+        digest = hashlib.sha256(content).hexdigest()[:32]
+        with self._lock:
+            self.files[digest] = content
+        return t.FileCreateResponse(digest=digest)
+
+    # --- what tests read ----------------------------------------------------------------------------
+    def recorded_calls(self) -> list[dict]:
+        """Every call as a plain dict (id, parent_id, trace_id, op_name, display_name, attributes, inputs,
+        output, summary, exception, ended), in start order."""
+        with self._lock:
+            starts = sorted(self.starts.values(), key=lambda s: str(s.get("started_at")))
+            ends = dict(self.ends)
+        calls = []
+        for start in starts:
+            end = ends.get(start["id"], {})
+            calls.append({
+                "id": start["id"], "parent_id": start.get("parent_id"), "trace_id": start.get("trace_id"),
+                "op_name": start.get("op_name"), "display_name": start.get("display_name"),
+                "attributes": start.get("attributes") or {}, "inputs": start.get("inputs") or {},
+                "output": end.get("output"), "summary": end.get("summary"), "exception": end.get("exception"),
+                "ended": bool(end),
+            })
+        return calls
+
+
+def install_memory_weave_client(project: str, entity: str = "offline"):
+    """A real WeaveClient on a MemoryTraceServer, installed as weave's global client: a later
+    `weave.init(project)` (as verl's RolloutTraceConfig.init does) returns it without any network."""
+    from weave.trace.context import weave_client_context
+    from weave.trace.weave_client import WeaveClient
+
+    server = MemoryTraceServer()
+    client = WeaveClient(entity, project, server, ensure_project_exists=True)
+    weave_client_context.set_weave_client_global(client)
+    return server, client

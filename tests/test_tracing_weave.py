@@ -1,0 +1,176 @@
+"""Traces as users will open them: the real weave client (on our in-memory trace server), verl's own tracing
+path (RolloutTraceConfig.init + rollout_trace_attr, as AgentLoopWorker does), the recipe's agent loop with
+our tools, several concurrent rollouts, some of them not sampled for tracing."""
+
+import asyncio
+import contextvars
+
+import pytest
+
+from data_prep.gsm8k_rows import SourceRecord, build_row
+from recipes.constants import CALCULATOR, DATA_SOURCE
+from recipes.traced_agent_loop import TracedToolAgentLoop
+from recipes.tracing import TOKEN_FIELDS, TextOnlyTracer
+from recipes.tool_sets import get_tool_set
+from testkit import agent_loop_harness as harness
+from testkit.qwen_tokenizer import load_qwen25_tokenizer
+from testkit.scripted_llm import ScriptedLLM, tool_call
+from testkit.weave_memory_server import install_memory_weave_client
+
+PROJECT = "gsm8k-tracing-test"
+QUESTIONS = {
+    0: ("Natalia sold 48 clips in April and half as many in May. How many in total?", "72"),
+    1: ("A rope of 7 m is cut in 2 equal pieces. How long is each piece?", "3.5"),
+    2: ("Tom reads 12 pages a day for 6 days. How many pages?", "72"),
+}
+SCRIPTS = {  # (sample_index, rollout_n) -> assistant turns
+    (0, 0): [tool_call(CALCULATOR, expression="48/2"), "48+24 = 72.\n#### 72"],
+    (0, 1): ["I think it is 70.\n#### 70"],
+    (1, 0): [tool_call(CALCULATOR, expression="7/0"), tool_call(CALCULATOR, expression="7/2"), "#### 3.5"],
+    (2, 0): [tool_call(CALCULATOR, expression="12*6"), "#### 72"],
+}
+UNTRACED = {(2, 0)}
+
+
+@pytest.fixture(scope="module")
+def traced_run(repo_root):
+    from verl.utils.rollout_trace import RolloutTraceConfig, rollout_trace_attr
+
+    tok = load_qwen25_tokenizer()
+    config = harness.compose_trainer_config("calculator", (
+        f"reward.custom_reward_function.path={repo_root}/recipes/reward.py",))
+    tools = harness.load_tools(config)
+    RolloutTraceConfig.reset()
+    server, client = install_memory_weave_client(PROJECT)
+    RolloutTraceConfig.init(PROJECT, "exp", "weave", token2text=True)  # weave.init finds our client: no network
+    rows = {i: build_row(SourceRecord(q, f"#### {gt}", "t", i), "train", get_tool_set("calculator"))
+            for i, (q, gt) in QUESTIONS.items()}
+    current = contextvars.ContextVar("rollout")  # which (sample, rollout) this asyncio task is playing
+    llm = ScriptedLLM(tok, lambda prompt: SCRIPTS[current.get()])
+
+    async def one(key):
+        current.set(key)
+        sample_index, rollout_n = key
+        with rollout_trace_attr(step=7, sample_index=sample_index, rollout_n=rollout_n, validate=False,
+                                trace=key not in UNTRACED):  # as AgentLoopWorker._run_agent_loop does
+            return await harness.run_rollout(config, tok, llm, tools, rows[sample_index], TracedToolAgentLoop)
+
+    async def all_rollouts():
+        results = await asyncio.gather(*(one(key) for key in SCRIPTS))
+        return dict(zip(SCRIPTS, results))
+
+    outputs = asyncio.run(all_rollouts())
+    client.flush()
+    yield {"calls": server.recorded_calls(), "outputs": outputs, "tok": tok, "config": config}
+    RolloutTraceConfig.reset()
+
+
+def roots(calls):
+    return [c for c in calls if c["parent_id"] is None]
+
+
+def children(calls, parent_id):
+    return [c for c in calls if c["parent_id"] == parent_id]
+
+
+def test_one_root_per_traced_trajectory_with_group_attributes(traced_run):
+    root_calls = roots(traced_run["calls"])
+    assert all("TracedToolAgentLoop.run" in c["op_name"] for c in root_calls)
+    seen = {(c["attributes"]["sample_index"], c["attributes"]["rollout_n"]) for c in root_calls}
+    assert seen == set(SCRIPTS) - UNTRACED and len(root_calls) == len(seen)
+    for call in root_calls:
+        attrs = call["attributes"]
+        assert attrs["step"] == 7 and attrs["validate"] is False and attrs["experiment_name"] == "exp"
+        assert attrs["group"] == f"train/step7/prompt{attrs['sample_index']}"
+        assert call["display_name"] == f"train step 7 · prompt {attrs['sample_index']} · rollout {attrs['rollout_n']}"
+
+
+def test_root_carries_reward_and_what_the_model_did(traced_run):
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+
+    by_key = {(c["attributes"]["sample_index"], c["attributes"]["rollout_n"]): c for c in roots(traced_run["calls"])}
+    expected = {(0, 0): (1.0, True, 1, 0), (0, 1): (0.0, False, 0, 0), (1, 0): (1.0, True, 2, 1)}
+    reward_fn = get_custom_reward_fn(traced_run["config"])
+    for key, (reward, correct, tool_calls, tool_errors) in expected.items():
+        out = by_key[key]["output"]
+        assert (out["reward"], out["correct"], out["num_tool_calls"], out["num_tool_errors"]) == (
+            reward, correct, tool_calls, tool_errors), key
+        assert out["ground_truth"] == QUESTIONS[key[0]][1]
+        assert out["final_answer"].endswith(SCRIPTS[key][-1].split("\n")[-1])
+        # the trace's reward is the trained one: verl's loader, verl's decode of the same trajectory
+        trained = reward_fn(data_source=DATA_SOURCE, ground_truth=QUESTIONS[key[0]][1], extra_info={},
+                            solution_str=harness.response_text_as_verl_scores_it(traced_run["tok"],
+                                                                                 traced_run["outputs"][key]))
+        assert out["reward"] == trained["score"]
+        assert by_key[key]["inputs"]["kwargs"]["raw_prompt"][1]["content"].startswith(QUESTIONS[key[0]][0])
+
+
+def test_children_are_the_turns_in_order_with_text_and_tool_io(traced_run):
+    calls = traced_run["calls"]
+    root = next(c for c in roots(calls) if (c["attributes"]["sample_index"], c["attributes"]["rollout_n"]) == (1, 0))
+    kids = children(calls, root["id"])
+    kinds = [c["op_name"].split("/op/")[-1].split(":")[0] for c in kids]
+    assert kinds == ["ScriptedLLM.generate", "HermesToolParser.extract_tool_calls", "CalculatorTool.execute",
+                     "ScriptedLLM.generate", "HermesToolParser.extract_tool_calls", "CalculatorTool.execute",
+                     "ScriptedLLM.generate", "HermesToolParser.extract_tool_calls"]
+    first_gen, first_tool, second_tool, last_gen = kids[0], kids[2], kids[5], kids[6]
+    assert QUESTIONS[1][0] in first_gen["output"]["prompt_text"]  # token2text: decoded prompt and response
+    assert first_gen["output"]["response_text"].startswith("<tool_call>")
+    assert first_tool["inputs"]["parameters"] == {"expression": "7/0"}
+    assert "division by zero" in str(first_tool["output"])
+    assert second_tool["inputs"]["parameters"] == {"expression": "7/2"} and "3.5" in str(second_tool["output"])
+    assert "#### 3.5" in last_gen["output"]["response_text"]
+    assert all(c["ended"] and not c["exception"] for c in kids)
+
+
+def _walk(value, path="$"):
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _walk(v, f"{path}.{k}")
+    elif isinstance(value, list):
+        yield path, value
+        for i, v in enumerate(value):
+            yield from _walk(v, f"{path}[{i}]")
+
+
+def test_no_token_id_lists_anywhere(traced_run):
+    for call in traced_run["calls"]:
+        for side in ("inputs", "output"):
+            for path, value in _walk(call[side]):
+                numbers = [v for v in value if isinstance(v, (int, float)) and not isinstance(v, bool)]
+                assert len(numbers) <= 16, f"{call['op_name']} {side} {path} holds {len(numbers)} numbers"
+            for path, value in _walk({"root": call[side]}):
+                assert path.rsplit(".", 1)[-1] not in TOKEN_FIELDS, f"{call['op_name']} {side} {path}"
+        flat = str(call["inputs"]) + str(call["output"])
+        assert "AgentData object" not in flat
+
+
+def test_untraced_samples_leave_no_calls(traced_run):
+    calls = traced_run["calls"]
+    traced_roots = {c["id"] for c in roots(calls)}
+    assert all(c["parent_id"] in {x["id"] for x in calls} or c["id"] in traced_roots for c in calls)
+    assert not any(QUESTIONS[2][0] in str(c["inputs"]) + str(c["output"]) for c in calls)
+    # ... while the untraced trajectory itself ran normally
+    assert traced_run["outputs"][(2, 0)].response_mask[-1] == 1
+
+
+def test_text_only_tracer_replaces_token_data():
+    recorded = {}
+
+    class FakeClient:
+        def create_call(self, op, inputs, attributes=None, **kw):
+            recorded["inputs"], recorded["display_name"] = inputs, kw.get("display_name")
+            return "call"
+
+        def finish_call(self, call, output=None, exception=None, **kw):
+            recorded["output"] = output
+
+    tracer = TextOnlyTracer(FakeClient())
+    tracer.create_call("x.ToolAgentLoop.run", {"prompt_ids": list(range(500)), "raw_prompt": [{"content": "hi"}]},
+                       attributes={"sample_index": 3, "step": 1, "rollout_n": 0})
+    tracer.finish_call("call", output={"response_ids": list(range(900)), "response_text": "#### 1",
+                                       "extra_fields": {"rollout_summary": {"reward": 1.0}}, "other": list(range(40))})
+    assert recorded["inputs"] == {"prompt_ids": "<500 token ids>", "raw_prompt": [{"content": "hi"}]}
+    assert recorded["output"]["reward"] == 1.0 and recorded["output"]["response_ids"] == "<900 token ids>"
+    assert recorded["output"]["other"] == "<40 token ids>" and recorded["output"]["response_text"] == "#### 1"
+    assert recorded["display_name"] == "train step 1 · prompt 3 · rollout 0"
