@@ -11,6 +11,7 @@ os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("WEAVE_PRINT_CALL_LINK", "false")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_GSM8K = REPO_ROOT.parent / "shared" / "data" / "gsm8k"

@@ -1,0 +1,73 @@
+"""Offline report from verl's rollout dumps: PNG plots and a short markdown summary.
+
+    python scripts/rollout_report.py --rollout_dir outputs/<exp>/rollouts \
+        [--validation_dir outputs/<exp>/validation] --out outputs/<exp>/report
+
+Writes steps.png (reward, accuracy, tool-call rate with the collapse alarm, response length by step),
+prompts.png (accuracy per prompt across steps) and report.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from recipes.rollout_report.dumps import load_dump_dir  # noqa: E402
+from recipes.rollout_report.plots import plot_prompts, plot_steps  # noqa: E402
+from recipes.rollout_report.stats import by_step, chosen_prompts, collapse_alarm, prompt_accuracy  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rollout_dir", help="trainer.rollout_data_dir")
+    p.add_argument("--validation_dir", help="trainer.validation_data_dir")
+    p.add_argument("--out", required=True)
+    p.add_argument("--prompts", type=int, default=12, help="how many prompts in prompts.png")
+    p.add_argument("--prompt_contains", action="append", help="pick prompts containing this text (repeatable)")
+    p.add_argument("--collapse_floor", type=float, default=0.2, help="alarm when the tool-call rate ends below this")
+    p.add_argument("--collapse_drop", type=float, default=0.5, help="...or below this fraction of its best step")
+    args = p.parse_args(argv)
+    if not args.rollout_dir and not args.validation_dir:
+        p.error("pass --rollout_dir and/or --validation_dir")
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    series, records_for_prompts = {}, []
+    try:
+        for label, folder in (("train rollouts", args.rollout_dir), ("validation", args.validation_dir)):
+            if folder:
+                records = load_dump_dir(folder)
+                series[label] = by_step(records)
+                records_for_prompts = records if label == "validation" or not records_for_prompts else records_for_prompts
+    except (FileNotFoundError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+
+    steps_png = plot_steps(series, out, args.collapse_floor)
+    per_prompt = prompt_accuracy(records_for_prompts)
+    prompts = chosen_prompts(per_prompt, args.prompts, args.prompt_contains)
+    prompts_png = plot_prompts(per_prompt, prompts, out) if prompts else None
+
+    lines = ["# Rollout report", ""]
+    for label, steps in series.items():
+        first, last = steps[0], steps[-1]
+        lines += [f"## {label}: steps {first['step']}-{last['step']}", "",
+                  "| step | rollouts | reward | accuracy | tool-call rate | tool calls/rollout | response chars |",
+                  "|---|---|---|---|---|---|---|"]
+        lines += [f"| {s['step']} | {s['rollouts']} | {s['reward']:.3f} | {s['accuracy']:.3f} | "
+                  f"{s['tool_call_rate']:.2f} | {s['tool_calls_per_rollout']:.2f} | {s['response_chars']:.0f} |"
+                  for s in steps]
+        alarm = collapse_alarm(steps, args.collapse_floor, args.collapse_drop)
+        lines += ["", f"**ALARM**: {alarm}" if alarm else "Tool use: no collapse alarm.", ""]
+    lines += [f"![by step]({steps_png.name})", ""] + ([f"![per prompt]({prompts_png.name})", ""] if prompts_png else [])
+    (out / "report.md").write_text("\n".join(lines))
+    print("\n".join(lines))
+    print(f"wrote {out / 'report.md'}, {steps_png}" + (f", {prompts_png}" if prompts_png else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
