@@ -44,6 +44,17 @@ def build_row(record: SourceRecord, split: str, tool_set: ToolSet) -> dict:
     except ValueError as err:
         raise InvalidRecord(f"{record.location}: {err}") from None
     question = record.question.strip()
+    extra_info = {
+        "split": split,
+        "index": record.index,
+        "answer": record.solution,
+        "question": question,
+        "tool_set": tool_set.name,
+        "need_tools_kwargs": bool(tool_set.tools),
+        "interaction_kwargs": {"query": question, "ground_truth": ground_truth},
+    }
+    if tool_set.tools:  # parquet cannot store an empty struct: rows without tools carry no tools_kwargs
+        extra_info["tools_kwargs"] = tool_set.tools_kwargs(ground_truth, record.index)
     return {
         "data_source": DATA_SOURCE,
         "prompt": [
@@ -52,15 +63,6 @@ def build_row(record: SourceRecord, split: str, tool_set: ToolSet) -> dict:
         ],
         "ability": ABILITY,
         "reward_model": {"style": "rule", "ground_truth": ground_truth},
-        "extra_info": {
-            "split": split,
-            "index": record.index,
-            "answer": record.solution,
-            "question": question,
-            "tool_set": tool_set.name,
-            "need_tools_kwargs": True,
-            "tools_kwargs": tool_set.tools_kwargs(ground_truth, record.index),
-            "interaction_kwargs": {"query": question, "ground_truth": ground_truth},
-        },
+        "extra_info": extra_info,
         "agent_name": AGENT_NAME,
     }

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from recipes.constants import ANSWER_MARKER, CALC_GSM8K_REWARD, CALCULATOR
 
+NO_TOOLS = "none"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TOOL_CONFIG_DIR = REPO_ROOT / "config" / "tool_config"
 
@@ -42,9 +43,9 @@ class ToolSet:
     description: str
 
     @property
-    def config_path(self) -> Path:
-        """The tool YAML verl loads for this set (`multi_turn.tool_config_path`)."""
-        return TOOL_CONFIG_DIR / f"{self.name}.yaml"
+    def config_path(self) -> Path | None:
+        """The tool YAML verl loads for this set (`multi_turn.tool_config_path`); None for no tools."""
+        return TOOL_CONFIG_DIR / f"{self.name}.yaml" if self.tools else None
 
     @property
     def system_prompt(self) -> str:
@@ -73,6 +74,7 @@ TOOL_SETS: dict[str, ToolSet] = {
             "the original verl recipe's answer checker; it leaks correctness to the policy",
         ),
         ToolSet("both", (CALCULATOR, CALC_GSM8K_REWARD), "calculator and answer checker"),
+        ToolSet(NO_TOOLS, (), "no tools: the plain-reasoning baseline (evaluation with tools off)"),
     )
 }
 DEFAULT_TOOL_SET = CALCULATOR

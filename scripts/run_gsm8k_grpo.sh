@@ -24,7 +24,7 @@ source "$PROFILE_FILE"  # the profile's defaults; anything already in the enviro
 PYTHON=${PYTHON:-python3}
 MODEL_PATH=${MODEL_PATH:-Qwen/Qwen2.5-3B-Instruct}
 DATA_DIR=${DATA_DIR:-$HOME/data/gsm8k}           # where python data_prep/gsm8k.py writes
-TOOL_SET=${TOOL_SET:-calculator}                 # calculator | calc_gsm8k_reward | both (must match the data prep)
+TOOL_SET=${TOOL_SET:-calculator}                 # calculator | calc_gsm8k_reward | both | none (as in the data prep)
 N_GPUS_PER_NODE=${N_GPUS_PER_NODE:-8}
 NNODES=${NNODES:-1}
 TP=${TP:-2}                                      # SGLang tensor parallel size per engine
@@ -57,6 +57,7 @@ DRY_RUN=${DRY_RUN:-0}
 # -----------------------------------------------------------------------------------------------------
 
 if [ "$RECIPE_PATHS" = relative ]; then ROOT=.; else ROOT=$REPO_ROOT; fi
+if [ "$TOOL_SET" = none ]; then TOOL_CONFIG=null; else TOOL_CONFIG=$ROOT/config/tool_config/$TOOL_SET.yaml; fi
 case "$TRACE" in
   on) TRACE_BACKEND=weave ;;
   off) TRACE_BACKEND=null ;;
@@ -82,7 +83,7 @@ OVERRIDES=(
   "actor_rollout_ref.rollout.gpu_memory_utilization=$GPU_MEM_UTIL"
   "actor_rollout_ref.rollout.n=$ROLLOUT_N"
   "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=$MAX_TURNS"
-  "actor_rollout_ref.rollout.multi_turn.tool_config_path=$ROOT/config/tool_config/$TOOL_SET.yaml"
+  "actor_rollout_ref.rollout.multi_turn.tool_config_path=$TOOL_CONFIG"
   "actor_rollout_ref.rollout.agent.agent_loop_config_path=$ROOT/config/agent_loop.yaml"
   "actor_rollout_ref.rollout.trace.backend=$TRACE_BACKEND"
   "actor_rollout_ref.rollout.trace.max_samples_per_step_per_worker=$TRACE_SAMPLES"

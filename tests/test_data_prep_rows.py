@@ -45,8 +45,8 @@ def test_row_has_the_shape_the_tool_agent_loop_reads(tool_set_name):
     assert row["reward_model"] == {"style": "rule", "ground_truth": "1000"}
     extra = row["extra_info"]
     assert (extra["split"], extra["index"], extra["tool_set"]) == ("train", 7, tool_set_name)
-    assert extra["need_tools_kwargs"] is True
-    assert set(extra["tools_kwargs"]) == set(tool_set.tools)
+    assert extra["need_tools_kwargs"] is bool(tool_set.tools)
+    assert set(extra.get("tools_kwargs", {})) == set(tool_set.tools)
     for tool in tool_set.tools:
         assert f"`{tool}`" in tool_set.system_prompt  # the prompt names every tool it offers
 
@@ -56,6 +56,11 @@ def test_only_the_answer_checker_gets_the_ground_truth():
     assert kwargs[CALC_GSM8K_REWARD] == {"create_kwargs": {"ground_truth": "1000"}}
     assert "1000" not in str(kwargs[CALCULATOR])
     assert kwargs[CALCULATOR] == {"create_kwargs": {"row_index": 7}}
+
+
+def test_no_tools_rows_advertise_no_tool():
+    row = build_row(_record(), "test", get_tool_set("none"))
+    assert "tools_kwargs" not in row["extra_info"] and "tool" not in row["prompt"][0]["content"]
 
 
 def test_system_prompts_differ_per_tool_set():

@@ -1,0 +1,1 @@
+"""Evaluation helpers: scoring validation dumps, checkpoint export."""

@@ -1,0 +1,45 @@
+"""Score a validation dump the way training does (recipes.reward), strict and flexible, with pass@k."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from math import comb
+from statistics import mean
+
+from recipes.constants import DATA_SOURCE
+from recipes.reward import compute_score
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from n samples with c correct (Chen et al., 2021): 1 - C(n-c, k) / C(n, k)."""
+    if k > n:
+        raise ValueError(f"pass@{k} needs at least {k} samples per prompt, got {n}")
+    return 1.0 if n - c < k else 1.0 - comb(n - c, k) / comb(n, k)
+
+
+def summarize(records: list[dict], ks: tuple[int, ...] = (1,)) -> dict:
+    """records: dump lines of one step (input, output, gts). Prompts are identified by their input text."""
+    if not records:
+        raise ValueError("no records to score")
+    scored = []
+    for r in records:
+        result = compute_score(DATA_SOURCE, str(r["output"]), str(r["gts"]))
+        scored.append({"prompt": r["input"], **result})
+    groups: dict[str, list[dict]] = defaultdict(list)
+    for s in scored:
+        groups[s["prompt"]].append(s)
+    n = min(len(g) for g in groups.values())
+    summary = {
+        "answers": len(scored), "prompts": len(groups), "samples_per_prompt": n,
+        "strict_acc": mean(s["acc_strict"] for s in scored),
+        "flexible_acc": mean(s["acc_flexible"] for s in scored),
+        "format_ok": mean(s["format_ok"] for s in scored),
+        "tool_calls_per_answer": mean(s["num_tool_calls"] for s in scored),
+        "tool_call_rate": mean(s["num_tool_calls"] > 0 for s in scored),
+    }
+    for k in ks:
+        if k <= n:
+            for method in ("strict", "flexible"):
+                summary[f"pass@{k}_{method}"] = mean(
+                    pass_at_k(len(g), int(sum(s[f"acc_{method}"] for s in g)), k) for g in groups.values())
+    return summary

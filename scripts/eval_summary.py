@@ -1,0 +1,51 @@
+"""Score a verl validation dump with the training reward (strict and flexible), tool use and pass@k.
+
+    python scripts/eval_summary.py --validation_dir outputs/<exp>/validation [--step N] [--k 1 --k 8]
+
+Writes summary.json and summary.md beside the dump. Last line:
+`RESULT strict_acc=<v> flexible_acc=<v> tool_calls_per_answer=<v>`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from recipes.evaluation.scoring import summarize  # noqa: E402
+from recipes.rollout_report.dumps import load_dump_dir  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--validation_dir", required=True, help="trainer.validation_data_dir of the eval run")
+    p.add_argument("--step", type=int, default=None, help="which dump (default: the latest)")
+    p.add_argument("--k", type=int, action="append", help="pass@k to report (repeatable; default 1)")
+    args = p.parse_args(argv)
+    try:
+        records = load_dump_dir(args.validation_dir)
+    except (FileNotFoundError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    step = args.step if args.step is not None else max(r["step"] for r in records)
+    chosen = [r for r in records if r["step"] == step]
+    if not chosen:
+        print(f"error: no dump for step {step} in {args.validation_dir}", file=sys.stderr)
+        return 1
+    summary = {"step": step, **summarize(chosen, tuple(args.k or [1]))}
+    out = Path(args.validation_dir)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    lines = ["| metric | value |", "|---|---|"] + [
+        f"| {k} | {v:.4f} |" if isinstance(v, float) else f"| {k} | {v} |" for k, v in summary.items()]
+    (out / "summary.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    print(f"RESULT strict_acc={summary['strict_acc']:.4f} flexible_acc={summary['flexible_acc']:.4f} "
+          f"tool_calls_per_answer={summary['tool_calls_per_answer']:.4f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,78 @@
+"""scripts/eval_gsm8k.sh (dry run through the launcher's preflight) and scripts/eval_summary.py's numbers."""
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from itertools import combinations
+from pathlib import Path
+
+import pytest
+
+from data_prep import gsm8k
+from recipes.evaluation.scoring import pass_at_k
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def eval_dry_run(data_dir, **env):
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_API_KEY")}
+    full_env.update({"PYTHON": sys.executable, "DATA_DIR": str(data_dir), "DRY_RUN": "1", **env})
+    return subprocess.run(["bash", str(REPO_ROOT / "scripts" / "eval_gsm8k.sh")], env=full_env,
+                          capture_output=True, text=True, timeout=180)
+
+
+@pytest.mark.parametrize("tool_set", ["calculator", "none"])
+def test_eval_dry_run_composes_and_validates(mini_gsm8k_dir, tmp_path, tool_set):
+    assert gsm8k.main(["--input_dir", str(mini_gsm8k_dir), "--local_save_dir", str(tmp_path),
+                       "--tool_set", tool_set]) == 0
+    proc = eval_dry_run(tmp_path, TOOL_SET=tool_set, VAL_N="4", VAL_TEMPERATURE="1.0")
+    assert proc.returncode == 0, proc.stderr
+    assert "[preflight] ok" in proc.stderr
+    command = shlex.split([line for line in proc.stdout.splitlines() if "verl.trainer.main_ppo" in line][-1])
+    for override in ("trainer.val_only=True", "trainer.val_before_train=True", "actor_rollout_ref.rollout.val_kwargs.n=4",
+                     "actor_rollout_ref.rollout.val_kwargs.do_sample=True", "trainer.use_v1=False",
+                     "actor_rollout_ref.rollout.trace.backend=null", "trainer.logger=[console]"):
+        assert override in command
+    tool_config = next(c for c in command if c.startswith("actor_rollout_ref.rollout.multi_turn.tool_config_path="))
+    assert tool_config.endswith("calculator.yaml" if tool_set == "calculator" else "=null")
+    assert "eval_summary.py --validation_dir" in proc.stdout and "--k 4" in proc.stdout
+
+
+def test_tools_off_eval_refuses_tool_data(mini_gsm8k_dir, tmp_path):
+    assert gsm8k.main(["--input_dir", str(mini_gsm8k_dir), "--local_save_dir", str(tmp_path)]) == 0
+    proc = eval_dry_run(tmp_path, TOOL_SET="none")
+    assert proc.returncode != 0 and "rows were prepared for tool set 'calculator'" in proc.stderr
+
+
+def brute_force_pass_at_k(outcomes, k):
+    """Share of k-subsets of the samples that contain a correct one: the definition, counted."""
+    subsets = list(combinations(outcomes, k))
+    return sum(any(s) for s in subsets) / len(subsets)
+
+
+@pytest.mark.parametrize("outcomes", [(1, 0, 0, 0), (0, 0, 0, 0), (1, 1, 0, 1), (0, 1, 0, 0, 1, 0)])
+def test_pass_at_k_is_the_unbiased_estimator(outcomes):
+    for k in range(1, len(outcomes) + 1):
+        assert pass_at_k(len(outcomes), sum(outcomes), k) == pytest.approx(brute_force_pass_at_k(outcomes, k))
+
+
+def test_summary_of_a_handmade_dump(tmp_path):
+    call = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "6*7"}}\n</tool_call>'
+    lines = [  # two questions x 2 samples; the tool-response number must not count as the model's answer
+        {"input": "Q1", "output": f"{call}\nuser\n<tool_response>\n42\n</tool_response>\nassistant\n#### 42", "gts": "42"},
+        {"input": "Q1", "output": "It is 41.", "gts": "42"},
+        {"input": "Q2", "output": f"{call}\nuser\n<tool_response>\n7\n</tool_response>\nassistant\nso 7", "gts": "7"},
+        {"input": "Q2", "output": "#### 8", "gts": "7"},
+    ]
+    (tmp_path / "0.jsonl").write_text("".join(json.dumps({**line, "score": 0, "step": 0}) + "\n" for line in lines))
+    proc = subprocess.run([sys.executable, "scripts/eval_summary.py", "--validation_dir", str(tmp_path), "--k", "1",
+                           "--k", "2"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert (summary["prompts"], summary["samples_per_prompt"]) == (2, 2)
+    assert summary["strict_acc"] == 0.25 and summary["flexible_acc"] == 0.5
+    assert summary["tool_calls_per_answer"] == 0.5 and summary["tool_call_rate"] == 0.5
+    assert summary["pass@1_strict"] == 0.25 and summary["pass@2_strict"] == 0.5 and summary["pass@2_flexible"] == 1.0
+    assert proc.stdout.strip().splitlines()[-1] == "RESULT strict_acc=0.2500 flexible_acc=0.5000 tool_calls_per_answer=0.5000"
