@@ -127,13 +127,36 @@ def test_bad_calls_become_messages_and_the_loop_ends_normally(tok, config, roomy
     assert reward(tok, output)["acc"] == 1.0
 
 
-def test_malformed_call_json_ends_the_trajectory_cleanly(tok, config, tools):
+MALFORMED = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "1+1"\n</tool_call>'
+
+
+def test_verl_alone_ends_the_trajectory_on_malformed_call_json(tok, config, tools):
     """verl's hermes parser drops a tool call whose JSON does not parse; the turn then counts as final."""
-    call = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "1+1"\n</tool_call>'
-    output, server = rollout(tok, config, tools, [call, "#### 72"])
-    assert segments(tok, output) == [(1, call + "<|im_end|>")] and len(server.calls) == 1
+    output, server = rollout(tok, config, tools, [MALFORMED, "#### 72"])
+    assert segments(tok, output) == [(1, MALFORMED + "<|im_end|>")] and len(server.calls) == 1
     result = reward(tok, output, tool_call_bonus=0.1)
     assert result["score"] == 0.0 and result["num_bad_tool_calls"] == 1  # no answer, and no bonus for it
+
+
+def test_the_recipe_loop_tells_the_model_its_call_did_not_parse(tok, config, tools):
+    from recipes.traced_agent_loop import UNPARSED_CALL_MESSAGE, TracedToolAgentLoop
+
+    server = ScriptedLLM(tok, lambda prompt: [MALFORMED, tool_call(CALCULATOR, expression="1+1"), "#### 72"])
+    output = asyncio.run(harness.run_rollout(config, tok, server, tools, make_row(), TracedToolAgentLoop))
+    runs = segments(tok, output)
+    assert [mask for mask, _ in runs] == [1, 0, 1, 0, 1]
+    assert f"<tool_response>\n{UNPARSED_CALL_MESSAGE}\n</tool_response>" in runs[1][1]
+    assert "<tool_response>\n2\n</tool_response>" in runs[3][1] and runs[4][1] == "#### 72<|im_end|>"
+    assert reward(tok, output)["score"] == 1.0 and len(server.calls) == 3
+
+
+def test_the_recipe_loop_still_respects_the_turn_limit(tok, tools):
+    from recipes.traced_agent_loop import TracedToolAgentLoop
+
+    config = harness.compose_trainer_config("both", ("actor_rollout_ref.rollout.multi_turn.max_assistant_turns=2",))
+    server = ScriptedLLM(tok, lambda prompt: [MALFORMED] * 5)
+    output = asyncio.run(harness.run_rollout(config, tok, server, tools, make_row(), TracedToolAgentLoop))
+    assert len(server.calls) == 2 and output.response_mask[-1] == 1
 
 
 def test_the_worker_survives_many_hostile_rollouts_at_once(tok, config, tools):
