@@ -152,7 +152,12 @@ def guard_trace_init() -> None:
 
 def _weave_ready(project_name: str) -> bool:
     """Run weave.init with a time limit; on any failure warn once and report tracing as unavailable."""
-    from weave.trace.context import weave_client_context
+    try:
+        from weave.trace.context import weave_client_context
+    except ImportError:
+        logger.warning("Weave tracing is OFF for this run: weave is not installed in this worker "
+                       "(pip install -r requirements/gpu.txt), or set TRACE=off.")
+        return False
 
     if weave_client_context.get_weave_client() is not None:  # already initialised in this process
         return True
