@@ -59,7 +59,7 @@ def test_real_gsm8k_keeps_negative_and_separated_answers(real_output, shared_gsm
     sources = [json.loads(line)["answer"] for line in (shared_gsm8k_dir / "train.jsonl").open()]
     answers = [r["reward_model"]["ground_truth"] for r in read_rows(real_output / "train.parquet")]
     negative = [a for a in answers if a.startswith("-")]
-    separated = [a for src, a in zip(sources, answers) if "," in src.rsplit("####", 1)[1]]
+    separated = [a for src, a in zip(sources, answers, strict=True) if "," in src.rsplit("####", 1)[1]]
     assert negative == ["-7", "-47", "-12"]  # GSM8K train's three negative answers, sign kept
     assert len(separated) == 79 and all(a.isdigit() for a in separated)
 

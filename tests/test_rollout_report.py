@@ -42,14 +42,14 @@ def dump_dir(tmp_path_factory):
     for step in (1, 2, 3):
         llm = ScriptedLLM(tok, script_for_step(step))
 
-        async def rollouts():
+        async def rollouts(llm=llm):
             return await asyncio.gather(*(harness.run_rollout(config, tok, llm, tools, r) for r in rows for _ in range(2)))
 
         outputs = asyncio.run(rollouts())
         gts = [r["reward_model"]["ground_truth"] for r in rows for _ in range(2)]
         inputs = [tok.decode(o.prompt_ids, skip_special_tokens=True) for o in outputs]
         texts = [harness.response_text_as_verl_scores_it(tok, o) for o in outputs]
-        results = [compute_score(DATA_SOURCE, t, gt) for t, gt in zip(texts, gts)]
+        results = [compute_score(DATA_SOURCE, t, gt) for t, gt in zip(texts, gts, strict=True)]
         extra = {k: [r[k] for r in results] for k in results[0]}
         # verl's own writer, as RayPPOTrainer._log_rollout_data calls it
         RayPPOTrainer._write_generations(inputs, texts, gts, [r["score"] for r in results], extra, str(folder), step)

@@ -19,7 +19,7 @@ PANELS = [
 def plot_steps(series: dict[str, list[dict]], out: Path, floor: float) -> Path:
     """One panel per metric; one line per dump folder (train rollouts, validation)."""
     fig, axes = plt.subplots(2, 2, figsize=(11, 7), constrained_layout=True)
-    for ax, (key, title) in zip(axes.flat, PANELS):
+    for ax, (key, title) in zip(axes.flat, PANELS, strict=True):
         for label, steps in series.items():
             ax.plot([s["step"] for s in steps], [s[key] for s in steps], marker="o", label=label)
         if key == "tool_call_rate":
