@@ -110,3 +110,11 @@ def test_a_real_launch_stops_before_any_gpu_work(data_dir, env, message):
     assert proc.returncode == 1
     assert message in proc.stderr and "nothing was started" in proc.stderr
     assert "ray init" not in proc.stdout + proc.stderr  # main_ppo never ran
+
+
+def test_multinode_submission_needs_a_cluster_address(data_dir):
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env.update({"PYTHON": sys.executable, "DATA_DIR": str(data_dir)})
+    proc = subprocess.run(["bash", str(REPO_ROOT / "scripts" / "submit_multinode.sh")], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0 and "set RAY_ADDRESS to the Ray dashboard address" in proc.stderr

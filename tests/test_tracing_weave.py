@@ -185,3 +185,22 @@ def test_text_only_tracer_replaces_token_data():
     assert recorded["output"]["reward"] == 1.0 and recorded["output"]["response_ids"] == "<900 token ids>"
     assert recorded["output"]["other"] == "<40 token ids>" and recorded["output"]["response_text"] == "#### 1"
     assert recorded["display_name"] == "train step 1 · prompt 3 · rollout 0"
+
+
+def test_workers_build_the_recipe_loop_from_the_agent_loop_yaml(repo_root):
+    """As AgentLoopWorker does: YAML entries override verl's registry, then hydra instantiates the entry."""
+    import hydra
+    from omegaconf import OmegaConf
+    from verl.experimental.agent_loop.agent_loop import DictConfigWrap, ToolListWrap, _agent_loop_registry
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+
+    tok = load_qwen25_tokenizer()
+    config = harness.compose_trainer_config("calculator")
+    registry = dict(_agent_loop_registry)  # verl's own entries (tool_agent -> ToolAgentLoop) ...
+    for entry in OmegaConf.load(repo_root / "config" / "agent_loop.yaml"):
+        registry[entry.name] = entry  # ... replaced by ours, exactly as the worker does
+    loop = hydra.utils.instantiate(
+        config=registry["tool_agent"], trainer_config=DictConfigWrap(config=config), server_manager=None,
+        tokenizer=tok, processor=None, hf_model_type="qwen2", dataset_cls=RLHFDataset,
+        data_config=DictConfigWrap(config.data), tools=ToolListWrap(harness.load_tools(config)))
+    assert type(loop) is TracedToolAgentLoop and list(loop.tools) == [CALCULATOR]
