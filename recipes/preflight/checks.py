@@ -124,6 +124,8 @@ def check_tracing(config: DictConfig, report: Report) -> None:
 
 
 def check_gpus(config: DictConfig, report: Report, visible: int | None = None) -> None:
+    if os.environ.get("VERL_PLATFORM") == "cpu":
+        return  # CPU ranks (scripts/smoke_cpu.sh): Ray's logical GPUs, not devices to count
     wanted = int(config.trainer.n_gpus_per_node)
     if visible is None:
         visible = count_visible_gpus()

@@ -1,0 +1,202 @@
+"""verl's real `main_ppo`, end to end on the CPU: scripts/smoke_cpu.sh (the recipe's launcher, preflight and config
+with PROFILE=cpu_smoke) trains two GRPO steps, validates, checkpoints, resumes into a third step and writes the
+reports. One run (about 5 minutes on 2 cores) in a subprocess; each test reads one kind of evidence it left:
+logs with step metrics, the rollout servers' weight checksums, dumps, checkpoints, reports.
+
+Select or skip it with `-m e2e` / `-m "not e2e"`. CPU_SMOKE_TIMEOUT (seconds) bounds the whole run; extra hydra
+overrides for both launches can be given in CPU_SMOKE_OVERRIDES (space-separated), other knobs through the
+environment (e.g. TRACE, LOGGER), as scripts/smoke_cpu.sh takes them.
+
+The stand-ins (testkit/cpu_verl) are the platform, the FSDP2 engine registration and the rollout server; the
+server writes a calculator call in one of every two first turns of a prompt (a random model never does), and
+everything else (agent loop, tools, reward, GRPO, FSDP2 update, checkpoint, resume) is verl's and the recipe's.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from recipes.constants import REPO_ROOT
+
+SMOKE_TIMEOUT = int(os.environ.get("CPU_SMOKE_TIMEOUT", "900"))
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(SMOKE_TIMEOUT + 120)]
+
+ROLLOUT_N, PROMPTS_PER_STEP, VAL_PROMPTS = 2, 4, 4  # config/profile/cpu_smoke.yaml and the smoke's data sizes
+# what the smoke sets per run (or a user's shell might carry into it); anything else passes on (TRACE, LOGGER, ...)
+_NOT_PASSED_ON = ("RAY_", "VERL_", "WORK_DIR", "OUTPUT_DIR", "PROFILE", "DATA_DIR", "MODEL_PATH", "GSM8K_DIR",
+                  "RESUME_CHECK", "TRAIN_ROWS", "TEST_ROWS", "EXPERIMENT_NAME", "SUBMIT", "RECIPE_RESOLVED", "DRY_RUN",
+                  "N_GPUS_PER_NODE", "NNODES", "TOOL_SET", "CPU_ROLLOUT_EVENTS")
+_METRIC = re.compile(r"(\S+?):(?:np\.\w+\()?(-?(?:\d+\.?\d*(?:e[-+]?\d+)?|nan|inf))\)?(?: - |$)")
+_STEP_LINE = re.compile(r"\bstep:(\d+) - (.*)$")
+_CALL = re.compile(r'<tool_call>\n(\{.*?\})\n</tool_call>.*?<tool_response>\n(.*?)\n</tool_response>', re.DOTALL)
+
+
+@dataclass
+class Launch:
+    log: str
+    events: list[dict]
+    metrics: dict[int, dict[str, float]] = field(default_factory=dict)
+
+    def weights(self) -> dict[int, set[tuple[str, float]]]:
+        """weights version -> {(sha256, sum)} over the replicas that loaded it."""
+        out: dict[int, set] = {}
+        for e in self.events:
+            if e["event"] == "weights":
+                out.setdefault(e["version"], set()).add((e["sha256"], e["sum"]))
+        return out
+
+
+@dataclass
+class Smoke:
+    output: Path
+    stdout: str
+    wall_s: float
+    train: Launch
+    resume: Launch
+
+
+def _step_metrics(log: str) -> dict[int, dict[str, float]]:
+    steps: dict[int, dict[str, float]] = {}
+    for line in log.splitlines():
+        match = _STEP_LINE.search(line)
+        if match:
+            steps.setdefault(int(match.group(1)), {}).update(
+                {k: float(v) for k, v in _METRIC.findall(match.group(2) + " - ")})
+    return steps
+
+
+def _launch(output: Path, name: str) -> Launch:
+    log = (output / "logs" / f"{name}.log").read_text(errors="replace")
+    events_file = output / "logs" / f"{name}.rollout_events.jsonl"
+    events = [json.loads(line) for line in events_file.read_text().splitlines()] if events_file.exists() else []
+    return Launch(log=log, events=events, metrics=_step_metrics(log))
+
+
+def _kill_session(sid: int) -> None:
+    """Everything the smoke started (Ray's processes included) runs in its own session."""
+    for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()):
+        try:
+            if os.getsid(pid) == sid:
+                os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory, shared_gsm8k_dir_or_mini) -> Smoke:
+    work = tmp_path_factory.mktemp("cpu_smoke")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_NOT_PASSED_ON)}
+    env.update(PYTHON=sys.executable, WORK_DIR=str(work), GSM8K_DIR=str(shared_gsm8k_dir_or_mini))
+    args = shlex.split(os.environ.get("CPU_SMOKE_OVERRIDES", ""))
+    start = time.monotonic()
+    proc = subprocess.Popen(["bash", str(REPO_ROOT / "scripts" / "smoke_cpu.sh"), *args], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        stdout, _ = proc.communicate(timeout=SMOKE_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        _kill_session(proc.pid)
+        stdout, _ = proc.communicate()
+        pytest.fail(f"scripts/smoke_cpu.sh ran past {SMOKE_TIMEOUT} s (CPU_SMOKE_TIMEOUT); last output:\n{stdout[-4000:]}")
+    finally:
+        _kill_session(proc.pid)
+    assert proc.returncode == 0, f"scripts/smoke_cpu.sh failed ({proc.returncode}); last output:\n{stdout[-6000:]}"
+    output = work / "outputs"
+    return Smoke(output=output, stdout=stdout, wall_s=time.monotonic() - start, train=_launch(output, "train"),
+                 resume=_launch(output, "resume"))
+
+
+@pytest.fixture(scope="module")
+def shared_gsm8k_dir_or_mini(repo_root) -> Path:
+    shared = repo_root.parent / "shared" / "data" / "gsm8k"
+    return shared if (shared / "train.jsonl").is_file() else repo_root / "tests" / "fixtures" / "gsm8k_mini"
+
+
+def test_two_grpo_steps_update_the_actor_with_nonzero_advantages_and_the_kl_loss(smoke):
+    steps = smoke.train.metrics
+    assert {1, 2} <= set(steps), f"no step metrics for steps 1 and 2 in logs/train.log: {sorted(steps)}"
+    for step in (1, 2):
+        m = steps[step]
+        # the reward varies within GRPO groups (the tool-call bonus), so advantages and gradients are not zero
+        assert m["critic/advantages/max"] > 0 > m["critic/advantages/min"], m
+        assert m["actor/grad_norm"] > 0 and m["actor/pg_loss"] != 0, m
+        assert "actor/kl_loss" in m and "timing_s/ref" in m  # the reference model ran: KL loss on
+        assert m["critic/score/max"] > m["critic/score/min"], m
+        # the rollout's log-probs are the actor's: the CPU server scores tokens with the same model
+        assert m["training/rollout_probs_diff_max"] < 1e-3, m
+
+
+def test_the_weights_the_rollout_receives_change_every_step_and_start_from_the_model_on_disk(smoke):
+    from transformers import AutoModelForCausalLM
+
+    from testkit.cpu_verl.server import weights_checksum
+
+    weights = smoke.train.weights()
+    assert sorted(weights) == [0, 1, 2], f"weight versions loaded by the rollout servers: {sorted(weights)}"
+    for version, seen in weights.items():
+        assert len(seen) == 1, f"the replicas disagree on the weights of step {version}: {seen}"
+    (v0,), (v1,), (v2,) = weights[0], weights[1], weights[2]
+    assert len({v0[0], v1[0], v2[0]}) == 3 and v0[1] != v1[1] != v2[1], (v0, v1, v2)
+    model = AutoModelForCausalLM.from_pretrained(str(smoke.output.parent / "model"))
+    assert weights_checksum(model)[2] == v0[0]  # the first sync carries the actor's initial weights
+    replicas = {e["replica"] for e in smoke.train.events if e["event"] == "weights"}
+    assert replicas == {0, 1}
+
+
+def test_the_agent_loop_calls_the_recipes_calculator_and_the_reward_pays_for_it(smoke):
+    steered = [e for e in smoke.train.events if e["event"] == "steered_tool_call"]
+    assert {e["replica"] for e in steered} == {0, 1}, "both rollout replicas served first turns"
+    records = [json.loads(line) for step in (1, 2) for line in (smoke.output / "rollouts" / f"{step}.jsonl").open()]
+    assert len(records) == 2 * PROMPTS_PER_STEP * ROLLOUT_N
+    calls = 0
+    for record in records:
+        made = _CALL.findall(record["output"])
+        for call, response in made:  # the tool really ran: its answer is the sum the call asked for
+            a, b = json.loads(call)["arguments"]["expression"].split(" + ")
+            assert math.isclose(float(response), float(a) + float(b)), (call, response)
+        calls += len(made)
+        assert record["num_tool_calls"] == len(made) and record["score"] == pytest.approx(0.1 * bool(made))
+    assert calls == len(records) // ROLLOUT_N  # one steered first turn per GRPO pair
+    # two agent-loop workers each ran part of every batch (their outputs were concatenated)
+    assert len(set(re.findall(r"\(AgentLoopWorker pid=(\d+)\)", smoke.train.log))) >= 2
+
+
+def test_rollout_and_validation_dumps_and_the_reports_are_written(smoke):
+    for step in (1, 2, 3):
+        assert len((smoke.output / "rollouts" / f"{step}.jsonl").read_text().splitlines()) == \
+            PROMPTS_PER_STEP * ROLLOUT_N
+    for step in (0, 2, 3):
+        lines = (smoke.output / "validation" / f"{step}.jsonl").read_text().splitlines()
+        assert len(lines) == VAL_PROMPTS and all("score" in json.loads(line) for line in lines)
+    report = (smoke.output / "report" / "report.md").read_text()
+    assert "## train rollouts: steps 1-3" in report and (smoke.output / "report" / "steps.png").stat().st_size > 0
+    summary = json.loads((smoke.output / "validation" / "summary.json").read_text())
+    assert summary["step"] == 3 and summary["answers"] == VAL_PROMPTS
+    assert re.search(r"^RESULT strict_acc=\S+ flexible_acc=\S+ tool_calls_per_answer=\S+$", smoke.stdout, re.M)
+
+
+def test_a_second_launch_resumes_from_the_checkpoint_into_step_three(smoke):
+    checkpoints = smoke.output / "checkpoints"
+    assert (checkpoints / "global_step_2" / "actor").is_dir()
+    assert (checkpoints / "latest_checkpointed_iteration.txt").read_text().strip() == "3"
+    assert sorted(smoke.resume.metrics) == [3], f"resumed launch logged steps {sorted(smoke.resume.metrics)}"
+    assert smoke.resume.metrics[3]["actor/grad_norm"] > 0
+    resumed = smoke.resume.weights()
+    # the resumed trainer's first sync sends exactly the weights the first launch ended with
+    assert resumed[2] == smoke.train.weights()[2], (resumed.get(2), smoke.train.weights()[2])
+    assert resumed[3] != resumed[2]
+    assert re.search(r"Resuming from \S*global_step_2", smoke.resume.log)
+    assert "Training from scratch" in smoke.train.log
+
