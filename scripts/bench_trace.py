@@ -17,16 +17,14 @@ import asyncio
 import os
 import sys
 import time
-from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO_ROOT))
+# before weave is imported: no error reports, no runs, no links printed
 os.environ.setdefault("WANDB_ERROR_REPORTING", "false")
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WEAVE_PRINT_CALL_LINK", "false")
 
 from data_prep.gsm8k_rows import SourceRecord, build_row  # noqa: E402
-from recipes.constants import CALCULATOR  # noqa: E402
+from recipes.constants import CALCULATOR, REPO_ROOT  # noqa: E402
 from recipes.tool_sets import get_tool_set  # noqa: E402
 from testkit import agent_loop_harness as harness  # noqa: E402
 from testkit.qwen_tokenizer import load_qwen25_tokenizer  # noqa: E402
@@ -44,8 +42,9 @@ def script(reasoning_tokens: int) -> list[str]:
 
 
 async def run_all(config, tok, tools, rows, turns, traced: bool):
-    from recipes.traced_agent_loop import TracedToolAgentLoop
     from verl.utils.rollout_trace import rollout_trace_attr
+
+    from recipes.traced_agent_loop import TracedToolAgentLoop
 
     llm = ScriptedLLM(tok, lambda prompt: turns)
 
@@ -71,8 +70,9 @@ def main() -> int:
     p.add_argument("--reasoning_tokens", type=int, default=400, help="tokens of reasoning per assistant turn")
     args = p.parse_args()
 
-    from recipes import tracing
     from verl.utils.rollout_trace import RolloutTraceConfig
+
+    from recipes import tracing
 
     tok = load_qwen25_tokenizer()
     config = harness.compose_trainer_config("calculator", (

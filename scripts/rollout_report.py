@@ -13,11 +13,9 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from recipes.rollout_report.dumps import load_dump_dir  # noqa: E402
-from recipes.rollout_report.plots import plot_prompts, plot_steps  # noqa: E402
-from recipes.rollout_report.stats import by_step, chosen_prompts, collapse_alarm, prompt_accuracy  # noqa: E402
+from recipes.rollout_report.dumps import load_dump_dir
+from recipes.rollout_report.plots import plot_prompts, plot_steps
+from recipes.rollout_report.stats import by_step, chosen_prompts, collapse_alarm, prompt_accuracy
 
 
 def main(argv: list[str] | None = None) -> int:
