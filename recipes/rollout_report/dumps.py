@@ -4,10 +4,9 @@ gts, score, step and the reward function's extra keys (acc, num_tool_calls, form
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
-_TOOL_CALL = re.compile(r"<tool_call>")
+from recipes.trajectory import count_tool_call_tags
 
 
 def load_dump_dir(folder: str | Path) -> list[dict]:
@@ -35,6 +34,6 @@ def normalise(record: dict, path: Path) -> dict:
     out["score"] = float(record.get("score", 0.0))
     out["acc"] = float(record["acc"]) if "acc" in record else float(out["score"] >= 1.0)
     text = str(record.get("output", ""))
-    out["num_tool_calls"] = int(record["num_tool_calls"]) if "num_tool_calls" in record else len(_TOOL_CALL.findall(text))
+    out["num_tool_calls"] = int(record["num_tool_calls"]) if "num_tool_calls" in record else count_tool_call_tags(text)
     out["response_chars"] = len(text)
     return out
