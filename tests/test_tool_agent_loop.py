@@ -159,16 +159,26 @@ def test_the_recipe_loop_still_respects_the_turn_limit(tok, tools):
     assert len(server.calls) == 2 and output.response_mask[-1] == 1
 
 
-def test_the_worker_survives_many_hostile_rollouts_at_once(tok, config, tools):
-    bad_calls = [call for call, _ in HOSTILE.values()]
-    server = ScriptedLLM(tok, lambda prompt: [bad_calls[len(prompt) % len(bad_calls)], "#### 1"])
+def test_the_worker_survives_many_hostile_rollouts_at_once(tok, roomy_config, tools):
+    """16 concurrent rollouts, each with one hostile call: every one ends with the model's next turn, and every
+    tool turn is OUR message. verl catches a tool's exception itself ("Error executing tool ...") and carries on,
+    so surviving alone would prove nothing about the tools: the messages are what show they never raised."""
+    cases = sorted(HOSTILE)
+    server = ScriptedLLM(tok, lambda prompt: [HOSTILE[cases[int(prompt.split("Variant ")[1].split(".")[0]) % len(cases)]][0],
+                                              "#### 1"])
 
     async def go():
-        rows = [make_row("1", f"{QUESTION} Variant {'x' * i}", i) for i in range(16)]
-        return await asyncio.gather(*(harness.run_rollout(config, tok, server, tools, r) for r in rows))
+        rows = [make_row("1", f"{QUESTION} Variant {i}.", i) for i in range(16)]
+        return await asyncio.gather(*(harness.run_rollout(roomy_config, tok, server, tools, r) for r in rows))
 
-    outputs = asyncio.run(go())
-    assert len(outputs) == 16 and all(o.response_mask[-1] == 1 for o in outputs)
+    for i, output in enumerate(asyncio.run(go())):
+        runs = segments(tok, output)
+        assert output.response_mask[-1] == 1 and runs[-1][1] == "#### 1<|im_end|>"
+        tool_turns = [text for mask, text in runs if mask == 0]
+        assert len(tool_turns) == 1 and "Error executing tool" not in tool_turns[0], tool_turns
+        expected = HOSTILE[cases[i % len(cases)]][1]
+        if expected:
+            assert expected in tool_turns[0], (cases[i % len(cases)], tool_turns[0])
 
 
 def test_a_number_only_in_the_tool_response_earns_nothing(tok, config, tools):
