@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import recipes.tool_parser  # noqa: F401  the recipe's tool-call format, registered as the agent loop registers it
 from recipes.constants import AGENT_LOOP_CONFIG, REPO_ROOT
 from recipes.preflight.compose import compose_config
 from recipes.tool_sets import get_tool_set

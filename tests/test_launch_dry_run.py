@@ -75,6 +75,7 @@ def test_knobs_of_earlier_versions_still_work_and_say_what_replaced_them(prepare
         (("actor_rollout_ref.actor.ppo_mini_batch_size=300",), {}, "verl rejects the config: ValueError: train_batch_size"),
         (("actor_rollout_ref.model.lora_rank=8",), {}, "LoRA with SGLang 0.5.12 needs actor_rollout_ref.model.lora.merge=True"),
         ((), {"PROFILE": "multinode"}, "is inside the repo or Ray's temp dir"),
+        (("actor_rollout_ref.rollout.multi_turn.format=hermes_feedback",), {}, "is not a registered tool parser"),
         ((), {"PROFILE": "16xh100"}, "unknown PROFILE=16xh100"),
         ((), {"TRACE": "maybe"}, "TRACE must be on or off"),
     ],

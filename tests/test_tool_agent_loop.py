@@ -130,24 +130,42 @@ def test_bad_calls_become_messages_and_the_loop_ends_normally(tok, config, roomy
 MALFORMED = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "1+1"\n</tool_call>'
 
 
-def test_verl_alone_ends_the_trajectory_on_malformed_call_json(tok, config, tools):
-    """verl's hermes parser drops a tool call whose JSON does not parse; the turn then counts as final."""
-    output, server = rollout(tok, config, tools, [MALFORMED, "#### 72"])
+def test_verl_hermes_alone_ends_the_trajectory_on_malformed_call_json(tok, tools):
+    """verl's own hermes parser drops a tool call whose JSON does not parse; the turn then counts as final."""
+    hermes = harness.compose_trainer_config("both", ("actor_rollout_ref.rollout.multi_turn.format=hermes",))
+    output, server = rollout(tok, hermes, tools, [MALFORMED, "#### 72"])
     assert segments(tok, output) == [(1, MALFORMED + "<|im_end|>")] and len(server.calls) == 1
     result = reward(tok, output, tool_call_bonus=0.1)
     assert result["score"] == 0.0 and result["num_bad_tool_calls"] == 1  # no answer, and no bonus for it
 
 
-def test_the_recipe_loop_tells_the_model_its_call_did_not_parse(tok, config, tools):
-    from recipes.traced_agent_loop import UNPARSED_CALL_MESSAGE, TracedToolAgentLoop
-
-    server = ScriptedLLM(tok, lambda prompt: [MALFORMED, tool_call(CALCULATOR, expression="1+1"), "#### 72"])
-    output = asyncio.run(harness.run_rollout(config, tok, server, tools, make_row(), TracedToolAgentLoop))
+def test_the_recipe_parser_gets_a_malformed_call_answered_by_verl(tok, config, tools):
+    """multi_turn.format=hermes_with_feedback (the recipe's): verl's loop answers the call it could not read with
+    its own "Invalid JSON" message, and the model gets its next turn."""
+    assert config.actor_rollout_ref.rollout.multi_turn.format == "hermes_with_feedback"
+    output, server = rollout(tok, config, tools, [MALFORMED, tool_call(CALCULATOR, expression="1+1"), "#### 72"])
     runs = segments(tok, output)
     assert [mask for mask, _ in runs] == [1, 0, 1, 0, 1]
-    assert f"<tool_response>\n{UNPARSED_CALL_MESSAGE}\n</tool_response>" in runs[1][1]
+    assert "<tool_response>\nInvalid JSON in arguments for 'calculator': " in runs[1][1]
     assert "<tool_response>\n2\n</tool_response>" in runs[3][1] and runs[4][1] == "#### 72<|im_end|>"
     assert reward(tok, output)["score"] == 1.0 and len(server.calls) == 3
+
+
+@pytest.mark.parametrize("body, verl_says", [
+    ('{"name": "calculator", "arguments": {"expression": "1+1"', "Invalid JSON in arguments for 'calculator'"),
+    ('{"name": "calculator", "expression": "1+1"}', "Invalid JSON in arguments for 'calculator'"),
+    ("calculator(1+1)", "Unknown function 'unreadable_tool_call'. Available tools: ['calculator', 'calc_gsm8k_reward']"),
+])
+def test_every_unreadable_call_gets_an_answer(tok, config, tools, body, verl_says):
+    output, _ = rollout(tok, config, tools, [f"<tool_call>\n{body}\n</tool_call>", "#### 72"])
+    runs = segments(tok, output)
+    assert [mask for mask, _ in runs] == [1, 0, 1] and verl_says in runs[1][1], runs
+
+
+def test_an_unclosed_call_is_answered_too(tok, config, tools):
+    output, _ = rollout(tok, config, tools, ['<tool_call>\n{"name": "calculator", "arguments": {"expression": "2*3"}}',
+                                             "#### 72"])
+    assert "<tool_response>\n6\n</tool_response>" in segments(tok, output)[1][1]
 
 
 def test_the_recipe_loop_still_respects_the_turn_limit(tok, tools):

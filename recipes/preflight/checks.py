@@ -98,6 +98,17 @@ def check_agent_loops(config: DictConfig, report: Report) -> None:
             getattr(module, cls)
         except Exception as err:
             report.error(f"{path}: {entry.name} -> {entry._target_} does not import ({type(err).__name__}: {err})")
+    _check_tool_parser(config, report)
+
+
+def _check_tool_parser(config: DictConfig, report: Report) -> None:
+    """The tool-call format must be registered once the agent loops are imported, as it will be in the workers."""
+    from verl.experimental.agent_loop.tool_parser import ToolParser
+
+    fmt = OmegaConf.select(config, "actor_rollout_ref.rollout.multi_turn.format")
+    if fmt not in ToolParser._registry:
+        report.error(f"actor_rollout_ref.rollout.multi_turn.format={fmt} is not a registered tool parser "
+                     f"(known: {sorted(ToolParser._registry)}); the recipe's agent loop registers hermes_with_feedback")
 
 
 def check_modules_are_ours(report: Report) -> None:
