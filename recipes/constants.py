@@ -24,3 +24,7 @@ ANSWER_MARKER = "####"
 INSTRUCTION = 'Let\'s think step by step and output the final answer after "####".'
 
 SPLITS = ("train", "test")
+
+# The W&B project (trainer.project_name): verl's metrics, the Weave rollout traces and the published
+# validation evaluations all land here unless PROJECT_NAME / --project says otherwise.
+PROJECT_NAME = "gsm8k_tool_grpo"

@@ -30,6 +30,9 @@ KNOWN_TOOLS = frozenset({CALCULATOR, CALC_GSM8K_REWARD})
 # from the skipped <|im_start|> tokens go too).
 _TOOL_RESPONSE = re.compile(r"(?:\nuser\n)?<tool_response>.*?(?:</tool_response>(?:\nassistant\n)?|\Z)", re.DOTALL)
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+# The text of each tool response the model was fed, and how the recipe's tools and verl report a failed call.
+_TOOL_RESPONSE_TEXT = re.compile(r"<tool_response>\n?(.*?)\n?(?:</tool_response>|\Z)", re.DOTALL)
+TOOL_ERROR_PREFIXES = ("Error", "Unknown function", "Invalid JSON")
 
 
 def model_written_text(solution_str: str) -> str:
@@ -49,6 +52,16 @@ def count_tool_calls(model_text: str) -> tuple[int, int]:
         ok = isinstance(call, dict) and call.get("name") in KNOWN_TOOLS and isinstance(call.get("arguments"), dict)
         good, bad = (good + 1, bad) if ok else (good, bad + 1)
     return good, bad
+
+
+def tool_response_texts(solution_str: str) -> list[str]:
+    """The tool responses inside a decoded multi-turn response, in order (a last one cut off by the length limit too)."""
+    return _TOOL_RESPONSE_TEXT.findall(solution_str)
+
+
+def count_tool_errors(solution_str: str) -> int:
+    """How many tool responses report an error (bad expression, unknown tool, unparsable call)."""
+    return sum(text.startswith(TOOL_ERROR_PREFIXES) for text in tool_response_texts(solution_str))
 
 
 def compute_score(

@@ -15,17 +15,15 @@ the same turn and length limits: a malformed call is a mistake to learn from, no
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
 from verl.experimental.agent_loop.tool_agent_loop import AgentData, AgentState, ToolAgentLoop
 from verl.utils.rollout_trace import rollout_trace_op
 
+from recipes.reward import count_tool_errors, tool_response_texts
 from recipes.tracing import install_text_only_tracer, tracing_this_call
 
-_TOOL_RESPONSES = re.compile(r"<tool_response>\n?(.*?)\n?(?:</tool_response>|\Z)", re.DOTALL)
-_TOOL_ERROR_PREFIXES = ("Error", "Unknown function", "Invalid JSON")
 UNPARSED_CALL_MESSAGE = ('Error: your tool call could not be parsed. Write it as <tool_call>\n{"name": "<tool>", '
                          '"arguments": {...}}\n</tool_call> with valid JSON.')
 
@@ -92,9 +90,8 @@ class TracedToolAgentLoop(ToolAgentLoop):
         ground_truth = (kwargs.get("reward_model") or {}).get("ground_truth")
         summary: dict[str, Any] = {"ground_truth": ground_truth, "num_turns": output.num_turns,
                                    "response_text": solution_str}
-        tool_texts = _TOOL_RESPONSES.findall(solution_str)
-        summary["num_tool_responses"] = len(tool_texts)
-        summary["num_tool_errors"] = sum(text.startswith(_TOOL_ERROR_PREFIXES) for text in tool_texts)
+        summary["num_tool_responses"] = len(tool_response_texts(solution_str))
+        summary["num_tool_errors"] = count_tool_errors(solution_str)
         summary["final_answer"] = solution_str.rsplit("<tool_response>", 1)[-1].split("</tool_response>")[-1].strip()
         reward_fn = _reward_fn(self.config)
         if reward_fn is None or ground_truth is None:
