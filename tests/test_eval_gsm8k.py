@@ -27,7 +27,8 @@ def eval_dry_run(data_dir, **env):
 def test_eval_dry_run_composes_and_validates(mini_gsm8k_dir, tmp_path, tool_set):
     assert gsm8k.main(["--input_dir", str(mini_gsm8k_dir), "--local_save_dir", str(tmp_path),
                        "--tool_set", tool_set]) == 0
-    proc = eval_dry_run(tmp_path, TOOL_SET=tool_set, VAL_N="4", VAL_TEMPERATURE="1.0")
+    publish = {"PUBLISH": "1"} if tool_set == "none" else {}  # calculator: the default, LOGGER=console
+    proc = eval_dry_run(tmp_path, TOOL_SET=tool_set, VAL_N="4", VAL_TEMPERATURE="1.0", **publish)
     assert proc.returncode == 0, proc.stderr
     assert "[preflight] ok" in proc.stderr
     command = shlex.split([line for line in proc.stdout.splitlines() if "verl.trainer.main_ppo" in line][-1])
@@ -38,6 +39,11 @@ def test_eval_dry_run_composes_and_validates(mini_gsm8k_dir, tmp_path, tool_set)
     tool_config = next(c for c in command if c.startswith("actor_rollout_ref.rollout.multi_turn.tool_config_path="))
     assert tool_config.endswith("calculator.yaml" if tool_set == "calculator" else "=null")
     assert "eval_summary.py --validation_dir" in proc.stdout and "--k 4" in proc.stdout
+    if publish:
+        publish_line = shlex.split([line for line in proc.stdout.splitlines() if "publish_evals.py" in line][-1])
+        assert publish_line[publish_line.index("--tool_set") + 1] == "none" and publish_line[-2:] == ["--k", "4"]
+    else:
+        assert "# not publishing to Weave (LOGGER=console has no wandb; PUBLISH=1 to publish)" in proc.stdout
 
 
 def test_tools_off_eval_refuses_tool_data(mini_gsm8k_dir, tmp_path):
