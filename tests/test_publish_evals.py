@@ -293,27 +293,31 @@ def test_watcher_publishes_as_dumps_land_and_never_raises(validation_dir, tmp_pa
 
     server.calls_query_stream = flaky_query
 
-    def trainer_side():
-        watched.mkdir(parents=True)
-        shutil.copy(validation_dir / "0.jsonl", watched / "0.jsonl")
-        (watched / "1.jsonl").write_text('{"input": "q", "output": "a", "gts": "1"}\n{"input": "q", "outp\n')
-        wait_for(lambda: len(evaluations(server)[0]) == 1)
-        shutil.copy(validation_dir / "2.jsonl", watched / "2.jsonl")
-        wait_for(lambda: len(evaluations(server)[0]) == 2)
-        trainer.terminate()  # not reaped until the watcher is done: it must treat a zombie as exited
+    result = {}
 
-    side = threading.Thread(target=trainer_side)
-    side.start()
+    def watcher():  # in a thread, so that a watcher that never stops fails the test instead of hanging it
+        result["rc"], _ = run_main(["--validation_dir", str(watched), "--project", PROJECT, "--watch",
+                                    "--stop_when_pid_exits", str(trainer.pid), "--poll_seconds", "0.1"])
+
+    thread = threading.Thread(target=watcher, daemon=True)
     try:
         with caplog.at_level("INFO", logger="recipes.evaluation.eval_watch"):
-            rc, _ = run_main(["--validation_dir", str(watched), "--project", PROJECT, "--watch",
-                              "--stop_when_pid_exits", str(trainer.pid), "--poll_seconds", "0.1"])
+            thread.start()
+            watched.mkdir(parents=True)
+            shutil.copy(validation_dir / "0.jsonl", watched / "0.jsonl")
+            (watched / "1.jsonl").write_text('{"input": "q", "output": "a", "gts": "1"}\n{"input": "q", "outp\n')
+            wait_for(lambda: len(evaluations(server)[0]) == 1)
+            shutil.copy(validation_dir / "2.jsonl", watched / "2.jsonl")
+            wait_for(lambda: len(evaluations(server)[0]) == 2)
+            trainer.terminate()  # not reaped until the watcher is done: it must treat a zombie as exited
+            thread.join(timeout=60)
+            assert not thread.is_alive(), "the watcher did not stop after the trainer exited"
     finally:
-        side.join(timeout=120)
         trainer.kill()
         trainer.wait()
         client.flush()
         use_memory_client(None)
+    rc = result["rc"]
     assert rc == 1  # the malformed dump could not be published: reported in the exit code, never raised
     assert sorted(evaluations(server)[0]) == [0, 2] and failures
     log = caplog.text

@@ -91,9 +91,12 @@ def watch(folder: str | Path, make_publisher: Callable[[], Publisher], *, stop_p
 
 @contextlib.contextmanager
 def stop_on_signals() -> Iterator[threading.Event]:
-    """An Event set by SIGTERM/SIGINT while inside, so a watcher told to stop does one last pass and exits."""
+    """An Event set by SIGTERM/SIGINT while inside, so a watcher told to stop does one last pass and exits.
+    Only the main thread may handle signals; elsewhere the Event is just never set by one."""
     stop = threading.Event()
-    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield stop
     finally:
