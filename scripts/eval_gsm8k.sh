@@ -50,8 +50,9 @@ case "$PUBLISH" in
   *) echo "error: PUBLISH must be auto, 1 or 0, not '$PUBLISH'" >&2; exit 1 ;;
 esac
 
-# the launcher execs verl, so it runs in its own bash process; the summary follows it
-bash "$REPO_ROOT/scripts/run_gsm8k_grpo.sh" "${EVAL_OVERRIDES[@]}" "$@"
+# the launcher execs verl, so it runs in its own bash process; the summary follows it. Its own
+# publish-while-training watcher stays off: publishing happens once, below, from one process.
+PUBLISH_EVALS=0 bash "$REPO_ROOT/scripts/run_gsm8k_grpo.sh" "${EVAL_OVERRIDES[@]}" "$@"
 if [ "${DRY_RUN:-0}" = 1 ]; then
   echo "# then: $(printf '%q ' "${SUMMARY[@]}")"
   if [ -n "$PUBLISH_NOTE" ]; then echo "# $PUBLISH_NOTE"; else echo "# then: $(printf '%q ' "${PUBLISH_CMD[@]}")"; fi
