@@ -16,14 +16,27 @@ def load_dump_dir(folder: str | Path) -> list[dict]:
         raise FileNotFoundError(f"no <step>.jsonl dumps in {folder} (set trainer.rollout_data_dir / validation_data_dir)")
     records = []
     for path in files:
-        for line_no, line in enumerate(path.open(encoding="utf-8"), start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{line_no}: not JSON ({err.msg})") from None
-            records.append(normalise(record, path))
+        records.extend(parse_dump(path, path.read_text(encoding="utf-8")))
+    return records
+
+
+def parse_dump(path: Path, text: str, required: tuple[str, ...] = ()) -> list[dict]:
+    """The normalised lines of one dump file's text; ValueError naming `path:line` for a bad line."""
+    records = []
+    # split on "\n" only: verl writes ensure_ascii=False, so a line may hold U+2028 that splitlines() would cut
+    for line_no, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}:{line_no}: not JSON ({err.msg})") from None
+        if not isinstance(record, dict):
+            raise ValueError(f"{path}:{line_no}: not a JSON object")
+        missing = [key for key in required if key not in record]
+        if missing:
+            raise ValueError(f"{path}:{line_no}: missing {', '.join(missing)} (not a verl generation dump line?)")
+        records.append(normalise(record, path))
     return records
 
 
