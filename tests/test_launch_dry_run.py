@@ -51,6 +51,14 @@ def test_user_overrides_pass_through_and_stale_keys_warn(prepared_data_dir):
     assert printed_command(proc.stdout)[-2:] == ["+trainer.rollout_trace.backend=weave", "trainer.total_epochs=1"]
 
 
+def test_publishing_evaluations_while_training_runs_a_watcher_beside_main_ppo(prepared_data_dir):
+    proc = launch(prepared_data_dir, DRY_RUN="1", PUBLISH_EVALS="1", OUTPUT_DIR="/runs/a")
+    assert proc.returncode == 0, proc.stderr
+    watcher = next(line for line in proc.stdout.splitlines() if line.startswith("# and beside it:"))
+    assert "publish_evals.py --validation_dir /runs/a/validation" in watcher and "--watch --stop_when_pid_exits" in watcher
+    assert "# and beside it" not in launch(prepared_data_dir, DRY_RUN="1").stdout  # off by default
+
+
 def test_knobs_of_earlier_versions_still_work_and_say_what_replaced_them(prepared_data_dir):
     proc = launch(prepared_data_dir, DRY_RUN="1", TP="2", MICRO_BATCH_PER_GPU="16", TOOL_CALL_BONUS="0.1")
     assert proc.returncode == 0, proc.stderr
