@@ -12,6 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from recipes.constants import AGENT_NAME
 from recipes.preflight.compose import REPO_ROOT
+from recipes.preflight.versions import check_gpu_env
 
 REQUIRED_COLUMNS = ("data_source", "prompt", "reward_model", "extra_info", "agent_name")
 
@@ -176,4 +177,5 @@ def run_all(config: DictConfig, launch: bool) -> Report:
     if launch:
         check_gpus(config, report)
         check_wandb(config, report)
+        check_gpu_env(config, report)  # driver, locked versions, attention implementation
     return report
