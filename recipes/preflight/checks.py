@@ -15,6 +15,7 @@ from recipes.credentials import wandb_api_key, wandb_host
 from recipes.preflight.report import Report
 from recipes.preflight.rollout_checks import check_lora_with_sglang, check_rollout_concurrency
 from recipes.preflight.storage import check_checkpoint_space, check_shared_outputs
+from recipes.preflight.versions import check_gpu_env
 
 REQUIRED_COLUMNS = ("data_source", "prompt", "reward_model", "extra_info", "agent_name")
 
@@ -181,6 +182,7 @@ def run_all(config: DictConfig, launch: bool = False, submit: bool = False) -> R
     check_shared_outputs(config, report)
     if launch:
         check_gpus(config, report)
+        check_gpu_env(config, report)  # driver, locked versions, attention implementation
     if launch or submit:
         check_wandb(config, report)
         check_checkpoint_space(config, report, train_rows)
