@@ -35,7 +35,8 @@ TARGET_MS = 5.0
 
 
 def script(reasoning_tokens: int) -> list[str]:
-    reasoning = " ".join(["She sold 48 clips, then half as many, so we add the two amounts."] * (reasoning_tokens // 16))
+    sentence = "She sold 48 clips, then half as many, so we add the two amounts."
+    reasoning = " ".join([sentence] * (reasoning_tokens // 16))
     return [f"{reasoning}\n{tool_call(CALCULATOR, expression='48/2')}",
             f"{reasoning}\n{tool_call(CALCULATOR, expression='48+24')}",
             f"{reasoning}\n#### 72"]
@@ -60,7 +61,8 @@ def timed(label, config, tok, tools, rows, turns, traced, server=None):
     asyncio.run(run_all(config, tok, tools, rows, turns, traced))
     seconds = time.perf_counter() - start
     calls = len(server.recorded_calls()) if server else 0
-    print(f"{label:>24}: {seconds * 1e3:9.1f} ms for {len(rows)} rollouts" + (f", {calls} traced calls" if server else ""))
+    traced = f", {calls} traced calls" if server else ""
+    print(f"{label:>24}: {seconds * 1e3:9.1f} ms for {len(rows)} rollouts{traced}")
     return seconds
 
 

@@ -18,7 +18,9 @@ import sys
 from pathlib import Path
 
 from recipes.constants import PROJECT_NAME
-from recipes.evaluation.eval_watch import logger as watch_logger, stop_on_signals, watch
+from recipes.credentials import wandb_api_key
+from recipes.evaluation.eval_watch import logger as watch_logger
+from recipes.evaluation.eval_watch import stop_on_signals, watch
 from recipes.evaluation.weave_publish import (
     DumpError,
     Publisher,
@@ -28,7 +30,6 @@ from recipes.evaluation.weave_publish import (
     dump_paths,
     read_step_dump,
 )
-from recipes.credentials import wandb_api_key
 
 NO_CREDENTIALS = "no W&B credentials in this environment (set WANDB_API_KEY or run `wandb login`)"
 
@@ -54,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     dumps = []
     if not args.watch:  # watching starts before the first dump exists
         try:
-            paths = [path for path in dump_paths(args.validation_dir) if args.step is None or int(path.stem) in args.step]
+            paths = [path for path in dump_paths(args.validation_dir)
+                     if args.step is None or int(path.stem) in args.step]
             if not paths:
                 raise DumpError(f"no dump for step(s) {args.step} in {args.validation_dir}")
             dumps = [read_step_dump(path) for path in paths]
@@ -95,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
             results.append(publisher.publish(dump))
             print(describe(results[-1]))
     except Exception as err:  # weave/W&B errors come in many types; the message is what helps
-        print(f"error: publishing to Weave project {args.project!r} failed: {type(err).__name__}: {err}", file=sys.stderr)
+        print(f"error: publishing to Weave project {args.project!r} failed: {type(err).__name__}: {err}",
+              file=sys.stderr)
         return 1
     published = sum(r.published for r in results)
     print(f"RESULT published={published} skipped={len(results) - published}")

@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 from recipes.rollout_report.dumps import load_dump_dir
-from recipes.rollout_report.plots import plot_prompts, plot_steps
 from recipes.rollout_report.markdown import render_report
+from recipes.rollout_report.plots import plot_prompts, plot_steps
 from recipes.rollout_report.stats import by_step, chosen_prompts, prompt_accuracy
 
 
@@ -40,7 +40,8 @@ def main(argv: list[str] | None = None) -> int:
             if folder:
                 records = load_dump_dir(folder)
                 series[label] = by_step(records)
-                records_for_prompts = records if label == "validation" or not records_for_prompts else records_for_prompts
+                if label == "validation" or not records_for_prompts:  # prompts.png: validation prompts recur
+                    records_for_prompts = records
     except (FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

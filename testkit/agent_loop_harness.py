@@ -2,8 +2,9 @@
 
 The config is the recipe's own (config/gsm8k_multiturn_grpo.yaml over verl's ppo_trainer, composed by the
 preflight's composer with the paths the launcher sets), so a change to the recipe's YAML reaches every test
-that runs a rollout; the tools come from our YAML through verl's loader, the tokenizer is the offline Qwen2.5 one, and the only stand-in
-is the LLM server client (testkit.scripted_llm). Runs inside the caller's event loop (the agent loop
+that runs a rollout; the tools come from our YAML through verl's loader, the tokenizer is the offline
+Qwen2.5 one, and the only stand-in is the LLM server client (testkit.scripted_llm). Runs inside the
+caller's event loop (the agent loop
 captures the running loop when constructed).
 """
 

@@ -91,7 +91,8 @@ def test_rerun_gives_identical_files(mini_gsm8k_dir, tmp_path):
     for out in ("one", "two"):
         assert run_prep("--input_dir", mini_gsm8k_dir, "--local_save_dir", tmp_path / out) == 0
     for split in ("train", "test"):
-        assert (tmp_path / "one" / f"{split}.parquet").read_bytes() == (tmp_path / "two" / f"{split}.parquet").read_bytes()
+        one, two = (tmp_path / run / f"{split}.parquet" for run in ("one", "two"))
+        assert one.read_bytes() == two.read_bytes()
 
 
 def test_cli_as_users_run_it(mini_gsm8k_dir, tmp_path, repo_root):

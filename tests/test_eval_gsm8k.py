@@ -32,7 +32,8 @@ def test_eval_dry_run_composes_and_validates(mini_gsm8k_dir, tmp_path, tool_set)
     assert proc.returncode == 0, proc.stderr
     assert "[preflight] ok" in proc.stderr
     command = shlex.split([line for line in proc.stdout.splitlines() if "verl.trainer.main_ppo" in line][-1])
-    for override in ("trainer.val_only=True", "trainer.val_before_train=True", "actor_rollout_ref.rollout.val_kwargs.n=4",
+    for override in ("trainer.val_only=True", "trainer.val_before_train=True",
+                     "actor_rollout_ref.rollout.val_kwargs.n=4",
                      "actor_rollout_ref.rollout.val_kwargs.temperature=1.0",
                      "actor_rollout_ref.rollout.trace.backend=null", "trainer.logger=[console]"):
         assert override in command
@@ -82,7 +83,8 @@ def test_pass_at_k_is_the_unbiased_estimator(outcomes):
 def test_summary_of_a_handmade_dump(tmp_path):
     call = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "6*7"}}\n</tool_call>'
     lines = [  # two questions x 2 samples; the tool-response number must not count as the model's answer
-        {"input": "Q1", "output": f"{call}\nuser\n<tool_response>\n42\n</tool_response>\nassistant\n#### 42", "gts": "42"},
+        {"input": "Q1", "gts": "42",
+         "output": f"{call}\nuser\n<tool_response>\n42\n</tool_response>\nassistant\n#### 42"},
         {"input": "Q1", "output": "It is 41.", "gts": "42"},
         {"input": "Q2", "output": f"{call}\nuser\n<tool_response>\n7\n</tool_response>\nassistant\nso 7", "gts": "7"},
         {"input": "Q2", "output": "#### 8", "gts": "7"},
@@ -96,4 +98,5 @@ def test_summary_of_a_handmade_dump(tmp_path):
     assert summary["strict_acc"] == 0.25 and summary["flexible_acc"] == 0.5
     assert summary["tool_calls_per_answer"] == 0.5 and summary["tool_call_rate"] == 0.5
     assert summary["pass@1_strict"] == 0.25 and summary["pass@2_strict"] == 0.5 and summary["pass@2_flexible"] == 1.0
-    assert proc.stdout.strip().splitlines()[-1] == "RESULT strict_acc=0.2500 flexible_acc=0.5000 tool_calls_per_answer=0.5000"
+    assert proc.stdout.strip().splitlines()[-1] == (
+        "RESULT strict_acc=0.2500 flexible_acc=0.5000 tool_calls_per_answer=0.5000")

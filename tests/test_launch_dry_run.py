@@ -55,7 +55,8 @@ def test_publishing_evaluations_while_training_runs_a_watcher_beside_main_ppo(pr
     proc = launch(prepared_data_dir, DRY_RUN="1", PUBLISH_EVALS="1", OUTPUT_DIR="/runs/a")
     assert proc.returncode == 0, proc.stderr
     watcher = next(line for line in proc.stdout.splitlines() if line.startswith("# and beside it:"))
-    assert "publish_evals.py --validation_dir /runs/a/validation" in watcher and "--watch --stop_when_pid_exits" in watcher
+    assert "publish_evals.py --validation_dir /runs/a/validation" in watcher
+    assert "--watch --stop_when_pid_exits" in watcher
     assert "# and beside it" not in launch(prepared_data_dir, DRY_RUN="1").stdout  # off by default
 
 
@@ -80,8 +81,10 @@ def test_knobs_of_earlier_versions_still_work_and_say_what_replaced_them(prepare
         (("trainer.use_v1=True",), {}, "V1 trainer never traces agent loops"),
         (("actor_rollout_ref.rollout.trace.max_samples_per_step_per_worker=0",), {}, "records nothing"),
         (("trainer.no_such_key=1",), {}, "the config does not compose"),
-        (("actor_rollout_ref.actor.ppo_mini_batch_size=300",), {}, "verl rejects the config: ValueError: train_batch_size"),
-        (("actor_rollout_ref.model.lora_rank=8",), {}, "LoRA with SGLang 0.5.12 needs actor_rollout_ref.model.lora.merge=True"),
+        (("actor_rollout_ref.actor.ppo_mini_batch_size=300",), {},
+         "verl rejects the config: ValueError: train_batch_size"),
+        (("actor_rollout_ref.model.lora_rank=8",), {},
+         "LoRA with SGLang 0.5.12 needs actor_rollout_ref.model.lora.merge=True"),
         ((), {"PROFILE": "multinode"}, "is inside the repo or Ray's temp dir"),
         (("actor_rollout_ref.rollout.multi_turn.format=hermes_feedback",), {}, "is not a registered tool parser"),
         ((), {"PROFILE": "16xh100"}, "unknown PROFILE=16xh100"),

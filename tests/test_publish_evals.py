@@ -20,13 +20,13 @@ import pytest
 
 from data_prep.gsm8k_rows import SourceRecord, build_row
 from recipes.constants import CALCULATOR, DATA_SOURCE
-from recipes.evaluation.scoring import summarize
 from recipes.evaluation import weave_publish
+from recipes.evaluation.scoring import summarize
 from recipes.evaluation.weave_publish import SCORE_KEYS, SCORER
 from recipes.reward import compute_score
-from recipes.trajectory import count_tool_errors
 from recipes.rollout_report.dumps import load_dump_dir
 from recipes.tool_sets import get_tool_set
+from recipes.trajectory import count_tool_errors
 from testkit import agent_loop_harness as harness
 from testkit.qwen_tokenizer import load_qwen25_tokenizer
 from testkit.scripted_llm import ScriptedLLM, tool_call
@@ -80,7 +80,8 @@ def validation_dir(tmp_path_factory, tok):
         gts = [row["reward_model"]["ground_truth"] for _, row in jobs]
         inputs = [tok.decode(o.prompt_ids, skip_special_tokens=True) for o in outputs]
         texts = [harness.response_text_as_verl_scores_it(tok, o) for o in outputs]
-        results = [compute_score(DATA_SOURCE, t, gt, tool_call_bonus=TOOL_BONUS) for t, gt in zip(texts, gts, strict=True)]
+        results = [compute_score(DATA_SOURCE, t, gt, tool_call_bonus=TOOL_BONUS)
+                   for t, gt in zip(texts, gts, strict=True)]
         scores = [r["score"] for r in results]
         extra = {"reward": scores, **{k: [r[k] for r in results] for k in results[0]}}
         RayPPOTrainer._write_generations(inputs, texts, gts, scores, extra, str(folder), step)
@@ -98,7 +99,8 @@ def use_memory_client(client):
 def published(validation_dir):
     """Both steps published once by the script's main(), in this process, onto one in-memory server."""
     server, client = install_memory_weave_client(PROJECT)
-    rc, out = run_main(["--validation_dir", str(validation_dir), "--project", PROJECT, "--model_path", "Qwen/Qwen2.5-3B",
+    rc, out = run_main(["--validation_dir", str(validation_dir), "--project", PROJECT,
+                        "--model_path", "Qwen/Qwen2.5-3B",
                         "--tool_set", "calculator"])
     yield server, client, rc, out
     client.flush()
@@ -127,7 +129,8 @@ def run_main(argv):
 
 def evaluations(server):
     calls = server.recorded_calls()
-    evals = {c["attributes"]["gsm8k_recipe_eval"]["step"]: c for c in calls if "/op/Evaluation.evaluate:" in c["op_name"]}
+    evals = {c["attributes"]["gsm8k_recipe_eval"]["step"]: c
+             for c in calls if "/op/Evaluation.evaluate:" in c["op_name"]}
     children = {}
     for c in calls:
         children.setdefault(c["parent_id"], []).append(c)
@@ -241,13 +244,15 @@ def test_publishing_again_sends_nothing(published, validation_dir):
     server, client, *_ = published
     use_memory_client(client)
     before = (len(server.starts), len(server.ends), len(server.objects), len(server.tables), len(server.feedback))
-    rc, out = run_main(["--validation_dir", str(validation_dir), "--project", PROJECT, "--model_path", "Qwen/Qwen2.5-3B",
+    rc, out = run_main(["--validation_dir", str(validation_dir), "--project", PROJECT,
+                        "--model_path", "Qwen/Qwen2.5-3B",
                         "--tool_set", "calculator"])
     client.flush()
     assert rc == 0, out
     assert out.strip().splitlines()[-1] == "RESULT published=0 skipped=2"
     assert "step 2: already in Weave (qwen-tools/step2/" in out
-    assert (len(server.starts), len(server.ends), len(server.objects), len(server.tables), len(server.feedback)) == before
+    now = (len(server.starts), len(server.ends), len(server.objects), len(server.tables), len(server.feedback))
+    assert now == before
 
 
 def test_a_failed_publish_is_published_again(validation_dir, monkeypatch):
@@ -354,7 +359,8 @@ def test_bad_input_is_one_clear_line(case, tmp_path, repo_root, validation_dir):
     expected = {"missing_dir": f"error: validation dir {folder} does not exist",
                 "empty_dir": f"error: no <step>.jsonl dumps in {folder}",
                 "bad_line": f"error: {folder / '20.jsonl'}:2: missing gts",
-                "no_credentials": "error: no W&B credentials in this environment (set WANDB_API_KEY or run `wandb login`)"}
+                "no_credentials": "error: no W&B credentials in this environment "
+                                  "(set WANDB_API_KEY or run `wandb login`)"}
     assert proc.stderr.startswith(expected[case]) and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     if case == "no_credentials":  # what eval_gsm8k.sh does when W&B logging is on but there is no key
         proc = subprocess.run([sys.executable, "scripts/publish_evals.py", "--validation_dir", str(folder),

@@ -89,7 +89,8 @@ def test_calculator_turn_then_answer(tok, config, tools):
     rendered = tok.apply_chat_template(messages, tools=schemas, tokenize=False)
     assert tok.decode(output.prompt_ids + output.response_ids) + "\n" == rendered
     # the second generate call saw exactly the tokens of the first turn plus the tool turn
-    assert server.calls[1]["prompt_ids"] == output.prompt_ids + output.response_ids[: len(server.calls[1]["prompt_ids"]) - len(output.prompt_ids)]
+    seen = server.calls[1]["prompt_ids"]
+    assert seen == output.prompt_ids + output.response_ids[: len(seen) - len(output.prompt_ids)]
     assert reward(tok, output)["score"] == 1.0
     assert output.extra_fields["tool_rewards"] == [0.0]
 
@@ -118,7 +119,8 @@ HOSTILE = {
 def test_bad_calls_become_messages_and_the_loop_ends_normally(tok, config, roomy_config, tools, case):
     call, message = HOSTILE[case]
     start = time.perf_counter()
-    output, server = rollout(tok, roomy_config if case == "10k characters" else config, tools, [call, "Sorry.\n#### 72"])
+    budget = roomy_config if case == "10k characters" else config
+    output, server = rollout(tok, budget, tools, [call, "Sorry.\n#### 72"])
     assert time.perf_counter() - start < 5
     runs = segments(tok, output)
     assert runs[-1][1].endswith("#### 72<|im_end|>") and runs[-1][0] == 1  # the model got its next turn
@@ -154,7 +156,8 @@ def test_the_recipe_parser_gets_a_malformed_call_answered_by_verl(tok, config, t
 @pytest.mark.parametrize("body, verl_says", [
     ('{"name": "calculator", "arguments": {"expression": "1+1"', "Invalid JSON in arguments for 'calculator'"),
     ('{"name": "calculator", "expression": "1+1"}', "Invalid JSON in arguments for 'calculator'"),
-    ("calculator(1+1)", "Unknown function 'unreadable_tool_call'. Available tools: ['calculator', 'calc_gsm8k_reward']"),
+    ("calculator(1+1)",
+     "Unknown function 'unreadable_tool_call'. Available tools: ['calculator', 'calc_gsm8k_reward']"),
 ])
 def test_every_unreadable_call_gets_an_answer(tok, config, tools, body, verl_says):
     output, _ = rollout(tok, config, tools, [f"<tool_call>\n{body}\n</tool_call>", "#### 72"])
@@ -182,8 +185,12 @@ def test_the_worker_survives_many_hostile_rollouts_at_once(tok, roomy_config, to
     tool turn is OUR message. verl catches a tool's exception itself ("Error executing tool ...") and carries on,
     so surviving alone would prove nothing about the tools: the messages are what show they never raised."""
     cases = sorted(HOSTILE)
-    server = ScriptedLLM(tok, lambda prompt: [HOSTILE[cases[int(prompt.split("Variant ")[1].split(".")[0]) % len(cases)]][0],
-                                              "#### 1"])
+
+    def script(prompt):  # row i (its question ends "Variant i.") plays hostile case i
+        case = cases[int(prompt.split("Variant ")[1].split(".")[0]) % len(cases)]
+        return [HOSTILE[case][0], "#### 1"]
+
+    server = ScriptedLLM(tok, script)
 
     async def go():
         rows = [make_row("1", f"{QUESTION} Variant {i}.", i) for i in range(16)]

@@ -61,7 +61,8 @@ class Gsm8kRewardTool(BaseTool):
                                      f"(got {answer!r:.40})."), 0.0, {"ok": 0, "error": "bad_arguments"}
         correct = answers_match(number, ground_truth)
         verdict = "correct" if correct else "not correct"
-        return ToolResponse(text=f"Your answer {number} is {verdict}."), float(correct), {"ok": 1, "correct": int(correct)}
+        metrics = {"ok": 1, "correct": int(correct)}
+        return ToolResponse(text=f"Your answer {number} is {verdict}."), float(correct), metrics
 
     async def release(self, instance_id: str, **kwargs) -> None:
         self._ground_truths.pop(instance_id, None)

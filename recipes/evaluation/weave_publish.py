@@ -37,8 +37,8 @@ from typing import Any
 
 from recipes.constants import INSTRUCTION
 from recipes.evaluation.scoring import score_record, summarize
-from recipes.trajectory import count_tool_errors
 from recipes.rollout_report.dumps import parse_dump
+from recipes.trajectory import count_tool_errors
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +46,8 @@ DATASET_NAME = "gsm8k_test"
 EVAL_ATTRIBUTE = "gsm8k_recipe_eval"
 # Fixed names: the compare view matches scores across evaluations by scorer name and key.
 SCORER = "gsm8k_reward"
-SCORE_KEYS = ("strict_correct", "flexible_correct", "format_ok", "tool_calls", "bad_tool_calls", "tool_errors", "reward")
+SCORE_KEYS = ("strict_correct", "flexible_correct", "format_ok", "tool_calls", "bad_tool_calls", "tool_errors",
+              "reward")
 _DUMP_FILE = re.compile(r"^(\d+)\.jsonl$")
 _REQUIRED_KEYS = ("input", "output", "gts")
 

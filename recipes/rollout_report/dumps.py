@@ -13,7 +13,8 @@ def load_dump_dir(folder: str | Path) -> list[dict]:
     folder = Path(folder)
     files = sorted(folder.glob("*.jsonl"), key=lambda p: int(p.stem) if p.stem.isdigit() else -1)
     if not files:
-        raise FileNotFoundError(f"no <step>.jsonl dumps in {folder} (set trainer.rollout_data_dir / validation_data_dir)")
+        raise FileNotFoundError(f"no <step>.jsonl dumps in {folder} "
+                                "(set trainer.rollout_data_dir / validation_data_dir)")
     records = []
     for path in files:
         records.extend(parse_dump(path, path.read_text(encoding="utf-8")))
