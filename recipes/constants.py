@@ -6,6 +6,8 @@ function and the launcher's preflight check against them. Change a value here an
 
 from pathlib import Path
 
+import yaml
+
 # Where the recipe's files are: the launcher, the preflight and the tool sets resolve paths from here.
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONFIG_DIR = REPO_ROOT / "config"
@@ -34,3 +36,7 @@ ANSWER_MARKER = "####"
 INSTRUCTION = 'Let\'s think step by step and output the final answer after "####".'
 
 SPLITS = ("train", "test")
+
+# The W&B project: verl's metrics, the Weave rollout traces and the published validation evaluations all land
+# there. Its home is the recipe config (trainer.project_name); read from there for the scripts that need it.
+PROJECT_NAME = yaml.safe_load((CONFIG_DIR / f"{CONFIG_NAME}.yaml").read_text())["trainer"]["project_name"]

@@ -156,7 +156,7 @@ def _weave_ready(project_name: str) -> bool:
         from weave.trace.context import weave_client_context
     except ImportError:
         logger.warning("Weave tracing is OFF for this run: weave is not installed in this worker "
-                       "(pip install -r requirements/gpu.txt), or set TRACE=off.")
+                       "(bash scripts/install_gpu_env.sh installs it), or set TRACE=off.")
         return False
 
     if weave_client_context.get_weave_client() is not None:  # already initialised in this process

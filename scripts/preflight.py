@@ -13,15 +13,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from omegaconf import OmegaConf
 
-from omegaconf import OmegaConf  # noqa: E402
-
-from recipes.preflight.checks import run_all  # noqa: E402
-from recipes.preflight.compose import compose_config, validate_like_verl  # noqa: E402
-from recipes.preflight.stale_keys import stale_warnings  # noqa: E402
+from recipes.preflight.checks import run_all
+from recipes.preflight.compose import compose_config, validate_like_verl
+from recipes.preflight.stale_keys import stale_warnings
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,6 +25,7 @@ TRACE=${TRACE:-}                                 # on | off; empty: the profile'
 LOGGER=${LOGGER:-}                               # e.g. console or console,wandb; empty: the profile's
 EXPERIMENT_NAME=${EXPERIMENT_NAME:-gsm8k_${TOOL_SET}_${PROFILE}}
 OUTPUT_DIR=${OUTPUT_DIR:-$REPO_ROOT/outputs/$EXPERIMENT_NAME}  # checkpoints, dumps; multi-node: shared storage
+PUBLISH_EVALS=${PUBLISH_EVALS:-0}                # 1: publish each validation to Weave as an Evaluation while training
 PYTHON=${PYTHON:-python3}
 DRY_RUN=${DRY_RUN:-0}
 SUBMIT=${SUBMIT:-}                               # ray: submit as a Ray job to RAY_ADDRESS (submit_multinode.sh)
@@ -106,9 +107,15 @@ cd "$REPO_ROOT"  # Ray puts the driver's cwd on every local worker's sys.path: o
 export PYTHONPATH="$REPO_ROOT${PYTHONPATH:+:$PYTHONPATH}"
 
 PREFLIGHT=("$PYTHON" "$REPO_ROOT/scripts/preflight.py")
+# Beside training, never in its way: publishes each validation dump as it lands, exits after main_ppo (which
+# keeps this shell's PID through exec) does; failures go to its log, not to training.
+WATCHER=("$PYTHON" "$REPO_ROOT/scripts/publish_evals.py" --validation_dir "$OUTPUT_DIR/validation"
+         --experiment "$EXPERIMENT_NAME" --tool_set "$TOOL_SET" --watch --stop_when_pid_exits $$)
+[ -z "$MODEL_PATH" ] || WATCHER+=(--model_path "$MODEL_PATH")
 if [ "$DRY_RUN" = 1 ]; then
   "${PREFLIGHT[@]}" --print-config -- "${OVERRIDES[@]}" "$@"
   echo "# DRY_RUN=1: preflight passed; the launch would run (profile $PROFILE${SUBMIT:+, submitted as a Ray job}):"
+  if [ "$PUBLISH_EVALS" = 1 ]; then echo "# and beside it: $(printf '%q ' "${WATCHER[@]}")"; fi
   printf '%q ' "${CMD[@]}"; echo
   exit 0
 fi
@@ -120,4 +127,9 @@ fi
 "${PREFLIGHT[@]}" --launch -- "${OVERRIDES[@]}" "$@"
 
 ulimit -n 65535 2>/dev/null || echo "warning: could not raise the open-files limit (ulimit -n 65535); Ray may run out" >&2
+if [ "$PUBLISH_EVALS" = 1 ]; then
+  mkdir -p "$OUTPUT_DIR"
+  nohup "${WATCHER[@]}" >>"$OUTPUT_DIR/publish_evals.log" 2>&1 &
+  echo "[launch] publishing each validation to Weave in the background (log: $OUTPUT_DIR/publish_evals.log)" >&2
+fi
 exec "${CMD[@]}"

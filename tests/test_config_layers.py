@@ -7,7 +7,7 @@ import yaml
 
 from recipes.constants import CONFIG_DIR, CONFIG_NAME, PROFILE_DIR
 from recipes.preflight.compose import compose_config, validate_like_verl
-from testkit.launcher import launch, override_dict, printed_overrides
+from testkit.launcher import override_dict
 
 PROFILES = sorted(p.stem for p in PROFILE_DIR.glob("*.yaml"))
 NOT_SETTINGS = ("hydra", "defaults")
@@ -38,13 +38,11 @@ def verl_defaults():
 
 
 @pytest.fixture(scope="module")
-def launcher_overrides(prepared_data_dir) -> dict:
-    """What the launcher sets on its own, with no knob in the environment."""
-    proc = launch(prepared_data_dir, DRY_RUN="1")
-    assert proc.returncode == 0, proc.stderr
-    overrides = override_dict(printed_overrides(proc.stdout))
-    overrides.pop("profile")
-    return overrides
+def launcher_settings(launcher_overrides) -> dict:
+    """What the launcher sets on its own, with no knob in the environment (the profile is chosen, not set)."""
+    settings = override_dict(launcher_overrides)
+    settings.pop("profile")
+    return settings
 
 
 def value_at(config, key):
@@ -72,17 +70,17 @@ def test_the_8xh100_profile_is_the_recipe_itself():
     assert yaml_leaves(PROFILE_DIR / "8xh100.yaml") == {}
 
 
-def test_the_launcher_sets_no_value_that_a_config_file_sets(launcher_overrides):
+def test_the_launcher_sets_no_value_that_a_config_file_sets(launcher_settings):
     in_files = set(yaml_leaves(CONFIG_DIR / f"{CONFIG_NAME}.yaml"))
     for profile in PROFILES:
         in_files |= set(yaml_leaves(PROFILE_DIR / f"{profile}.yaml"))
-    both = sorted(set(launcher_overrides) & in_files)
+    both = sorted(set(launcher_settings) & in_files)
     assert not both, f"set by the launcher on every run AND in a config file (the file's value never wins): {both}"
 
 
 @pytest.mark.parametrize("profile", PROFILES)
-def test_every_profile_composes_and_verl_validates_it(profile, launcher_overrides):
-    overrides = [f"{k}={v}" for k, v in launcher_overrides.items()]
+def test_every_profile_composes_and_verl_validates_it(profile, launcher_settings):
+    overrides = [f"{k}={v}" for k, v in launcher_settings.items()]
     config = compose_config([f"profile={profile}", *overrides])
     validate_like_verl(config)
     for key, value in yaml_leaves(PROFILE_DIR / f"{profile}.yaml").items():

@@ -51,6 +51,15 @@ def test_user_overrides_pass_through_and_stale_keys_warn(prepared_data_dir):
     assert printed_command(proc.stdout)[-2:] == ["+trainer.rollout_trace.backend=weave", "trainer.total_epochs=1"]
 
 
+def test_publishing_evaluations_while_training_runs_a_watcher_beside_main_ppo(prepared_data_dir):
+    proc = launch(prepared_data_dir, DRY_RUN="1", PUBLISH_EVALS="1", OUTPUT_DIR="/runs/a")
+    assert proc.returncode == 0, proc.stderr
+    watcher = next(line for line in proc.stdout.splitlines() if line.startswith("# and beside it:"))
+    assert "publish_evals.py --validation_dir /runs/a/validation" in watcher
+    assert "--watch --stop_when_pid_exits" in watcher
+    assert "# and beside it" not in launch(prepared_data_dir, DRY_RUN="1").stdout  # off by default
+
+
 def test_knobs_of_earlier_versions_still_work_and_say_what_replaced_them(prepared_data_dir):
     proc = launch(prepared_data_dir, DRY_RUN="1", TP="2", MICRO_BATCH_PER_GPU="16", TOOL_CALL_BONUS="0.1")
     assert proc.returncode == 0, proc.stderr
@@ -72,9 +81,12 @@ def test_knobs_of_earlier_versions_still_work_and_say_what_replaced_them(prepare
         (("trainer.use_v1=True",), {}, "V1 trainer never traces agent loops"),
         (("actor_rollout_ref.rollout.trace.max_samples_per_step_per_worker=0",), {}, "records nothing"),
         (("trainer.no_such_key=1",), {}, "the config does not compose"),
-        (("actor_rollout_ref.actor.ppo_mini_batch_size=300",), {}, "verl rejects the config: ValueError: train_batch_size"),
-        (("actor_rollout_ref.model.lora_rank=8",), {}, "LoRA with SGLang 0.5.12 needs actor_rollout_ref.model.lora.merge=True"),
+        (("actor_rollout_ref.actor.ppo_mini_batch_size=300",), {},
+         "verl rejects the config: ValueError: train_batch_size"),
+        (("actor_rollout_ref.model.lora_rank=8",), {},
+         "LoRA with SGLang 0.5.12 needs actor_rollout_ref.model.lora.merge=True"),
         ((), {"PROFILE": "multinode"}, "is inside the repo or Ray's temp dir"),
+        (("actor_rollout_ref.rollout.multi_turn.format=hermes_feedback",), {}, "is not a registered tool parser"),
         ((), {"PROFILE": "16xh100"}, "unknown PROFILE=16xh100"),
         ((), {"TRACE": "maybe"}, "TRACE must be on or off"),
     ],

@@ -8,8 +8,13 @@ from recipes.credentials import wandb_api_key
 from recipes.preflight.compose import compose_config
 from recipes.preflight.report import Report
 from recipes.preflight.rollout_checks import check_lora_with_sglang, check_rollout_concurrency
-from recipes.preflight.storage import (check_checkpoint_space, check_shared_outputs, expected_saves,
-                                       filesystem_type, model_parameter_count)
+from recipes.preflight.storage import (
+    check_checkpoint_space,
+    check_shared_outputs,
+    expected_saves,
+    filesystem_type,
+    model_parameter_count,
+)
 from testkit.qwen_tokenizer import build_tiny_qwen2_model_dir
 
 

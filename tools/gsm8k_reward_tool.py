@@ -13,7 +13,7 @@ reaches the reward function only as extra_info["tool_rewards"]; verl never calls
 from __future__ import annotations
 
 import logging
-from typing import Any, Optional
+from typing import Any
 from uuid import uuid4
 
 from verl.tools.base_tool import BaseTool
@@ -30,7 +30,7 @@ class Gsm8kRewardTool(BaseTool):
         super().__init__(config, tool_schema)
         self._ground_truths: dict[str, str | None] = {}
 
-    async def create(self, instance_id: Optional[str] = None, **kwargs) -> tuple[str, ToolResponse]:
+    async def create(self, instance_id: str | None = None, **kwargs) -> tuple[str, ToolResponse]:
         instance_id = instance_id or uuid4().hex
         create_kwargs = kwargs.get("create_kwargs", kwargs)  # verl passes one `create_kwargs` keyword
         ground_truth = create_kwargs.get("ground_truth") if isinstance(create_kwargs, dict) else None
@@ -61,7 +61,8 @@ class Gsm8kRewardTool(BaseTool):
                                      f"(got {answer!r:.40})."), 0.0, {"ok": 0, "error": "bad_arguments"}
         correct = answers_match(number, ground_truth)
         verdict = "correct" if correct else "not correct"
-        return ToolResponse(text=f"Your answer {number} is {verdict}."), float(correct), {"ok": 1, "correct": int(correct)}
+        metrics = {"ok": 1, "correct": int(correct)}
+        return ToolResponse(text=f"Your answer {number} is {verdict}."), float(correct), metrics
 
     async def release(self, instance_id: str, **kwargs) -> None:
         self._ground_truths.pop(instance_id, None)

@@ -104,8 +104,7 @@ def connect(address: str):
     from ray.job_submission import JobSubmissionClient
 
     try:
-        from ray._private.authentication.authentication_token_setup import (
-            maybe_enable_token_auth_if_token_available)
+        from ray._private.authentication.authentication_token_setup import maybe_enable_token_auth_if_token_available
 
         maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
     except ImportError:  # another Ray version: no token auth to set up

@@ -15,6 +15,7 @@ from recipes.credentials import wandb_api_key, wandb_host
 from recipes.preflight.report import Report
 from recipes.preflight.rollout_checks import check_lora_with_sglang, check_rollout_concurrency
 from recipes.preflight.storage import check_checkpoint_space, check_shared_outputs
+from recipes.preflight.versions import check_gpu_env
 
 REQUIRED_COLUMNS = ("data_source", "prompt", "reward_model", "extra_info", "agent_name")
 
@@ -98,6 +99,17 @@ def check_agent_loops(config: DictConfig, report: Report) -> None:
             getattr(module, cls)
         except Exception as err:
             report.error(f"{path}: {entry.name} -> {entry._target_} does not import ({type(err).__name__}: {err})")
+    _check_tool_parser(config, report)
+
+
+def _check_tool_parser(config: DictConfig, report: Report) -> None:
+    """The tool-call format must be registered once the agent loops are imported, as it will be in the workers."""
+    from verl.experimental.agent_loop.tool_parser import ToolParser
+
+    fmt = OmegaConf.select(config, "actor_rollout_ref.rollout.multi_turn.format")
+    if fmt not in ToolParser._registry:
+        report.error(f"actor_rollout_ref.rollout.multi_turn.format={fmt} is not a registered tool parser "
+                     f"(known: {sorted(ToolParser._registry)}); the recipe's agent loop registers hermes_with_feedback")
 
 
 def check_modules_are_ours(report: Report) -> None:
@@ -172,6 +184,7 @@ def run_all(config: DictConfig, launch: bool = False, submit: bool = False) -> R
     check_shared_outputs(config, report)
     if launch:
         check_gpus(config, report)
+        check_gpu_env(config, report)  # driver, locked versions, attention implementation
     if launch or submit:
         check_wandb(config, report)
         check_checkpoint_space(config, report, train_rows)

@@ -20,8 +20,9 @@ def lora_rank(config: DictConfig) -> int:
 def check_lora_with_sglang(config: DictConfig, report: Report) -> None:
     rollout = config.actor_rollout_ref.rollout
     if rollout.name == "sglang" and lora_rank(config) > 0 and not config.actor_rollout_ref.model.lora.merge:
-        report.error("LoRA with SGLang 0.5.12 needs actor_rollout_ref.model.lora.merge=True: unmerged adapters are sent "
-                     "with a field sglang 0.5.12 does not have (TypeError at the first weight sync); PROFILE=lora sets it")
+        report.error("LoRA with SGLang 0.5.12 needs actor_rollout_ref.model.lora.merge=True: unmerged adapters are "
+                     "sent with a field sglang 0.5.12 does not have (TypeError at the first weight sync); "
+                     "PROFILE=lora sets it")
 
 
 def check_rollout_concurrency(config: DictConfig, report: Report) -> None:
@@ -33,6 +34,6 @@ def check_rollout_concurrency(config: DictConfig, report: Report) -> None:
     trajectories = int(config.data.train_batch_size) * int(rollout.n)
     capacity = engines * int(rollout.max_num_seqs)
     if capacity < trajectories:
-        report.warn(f"only {capacity} of the {trajectories} trajectories of a step can run at once ({engines} engines x "
-                    f"max_num_seqs={rollout.max_num_seqs}); set actor_rollout_ref.rollout.max_num_seqs="
+        report.warn(f"only {capacity} of the {trajectories} trajectories of a step can run at once ({engines} "
+                    f"engines x max_num_seqs={rollout.max_num_seqs}); set actor_rollout_ref.rollout.max_num_seqs="
                     f"{math.ceil(trajectories / engines)} if the KV cache has room (README: rollout concurrency)")

@@ -107,16 +107,17 @@ def check_shared_outputs(config: DictConfig, report: Report) -> None:
             continue
         path = Path(os.path.expanduser(str(value)))
         if not path.is_absolute():
-            report.error(f"trainer.{key}={value} is relative: on {config.trainer.nnodes} nodes it lands in Ray's per-node "
-                         "copy of the repo; set OUTPUT_DIR to an absolute path on shared storage")
+            report.error(f"trainer.{key}={value} is relative: on {config.trainer.nnodes} nodes it lands in Ray's "
+                         "per-node copy of the repo; set OUTPUT_DIR to an absolute path on shared storage")
         elif path.resolve() == REPO_ROOT or REPO_ROOT in path.resolve().parents or "/tmp/ray" in str(path):
             report.error(f"trainer.{key}={value} is inside the repo or Ray's temp dir, which Ray copies per node and "
                          "deletes with the session; set OUTPUT_DIR to an absolute path on shared storage")
         else:
             fstype = filesystem_type(path)
             if fstype is not None and fstype not in NETWORK_FILESYSTEMS and not fstype.startswith("fuse"):
-                report.warn(f"trainer.{key}={value} is on a local '{fstype}' filesystem: with {config.trainer.nnodes} "
-                            "nodes each node writes its own part there; use storage every node mounts (NFS, Lustre, ...)")
+                report.warn(f"trainer.{key}={value} is on a local '{fstype}' filesystem: with "
+                            f"{config.trainer.nnodes} nodes each node writes its own part there; use storage every "
+                            "node mounts (NFS, Lustre, ...)")
 
 
 def filesystem_type(path: Path, mounts_file: str = "/proc/mounts") -> str | None:
