@@ -22,7 +22,7 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
 from verl.experimental.agent_loop.tool_agent_loop import AgentData, AgentState, ToolAgentLoop
 from verl.utils.rollout_trace import rollout_trace_op
 
-from recipes.tracing import install_text_only_tracer, tracing_this_call
+from recipes.tracing import ROLLOUT_SUMMARY, install_text_only_tracer, tracing_this_call
 
 _TOOL_RESPONSES = re.compile(r"<tool_response>\n?(.*?)\n?(?:</tool_response>|\Z)", re.DOTALL)
 _TOOL_ERROR_PREFIXES = ("Error", "Unknown function", "Invalid JSON")
@@ -51,8 +51,8 @@ class TracedToolAgentLoop(ToolAgentLoop):
     async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
         # ToolAgentLoop.run is itself traced; call the undecorated body so each trajectory has one root.
         output = await ToolAgentLoop.run.__wrapped__(self, sampling_params, **kwargs)
-        if tracing_this_call():
-            output.extra_fields["rollout_summary"] = self.summarize(output, kwargs)
+        if tracing_this_call():  # to the trace root only: the output must not depend on tracing (batch columns)
+            ROLLOUT_SUMMARY.set(self.summarize(output, kwargs))
         return output
 
     async def _handle_generating_state(self, agent_data: AgentData, sampling_params: dict[str, Any],

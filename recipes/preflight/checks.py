@@ -12,6 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from recipes.constants import AGENT_NAME
 from recipes.preflight.compose import REPO_ROOT
+from recipes.tracing import has_wandb_credentials
 
 REQUIRED_COLUMNS = ("data_source", "prompt", "reward_model", "extra_info", "agent_name")
 
@@ -154,14 +155,9 @@ def check_wandb(config: DictConfig, report: Report) -> None:
     uses = [x for x in ("wandb" in list(loggers) and "wandb logger",
                         OmegaConf.select(config, "actor_rollout_ref.rollout.trace.backend") == "weave" and "weave trace")
             if x]
-    if uses and not os.environ.get("WANDB_API_KEY") and not _netrc_has_wandb():
+    if uses and not has_wandb_credentials():
         report.error(f"{' and '.join(uses)} need W&B credentials: export WANDB_API_KEY=... (or `wandb login`), "
                      "or turn them off with LOGGER=console TRACE=off")
-
-
-def _netrc_has_wandb() -> bool:
-    netrc = Path(os.environ.get("NETRC", Path.home() / ".netrc"))
-    return netrc.is_file() and "api.wandb.ai" in netrc.read_text(errors="ignore")
 
 
 def run_all(config: DictConfig, launch: bool) -> Report:
