@@ -16,14 +16,11 @@ import sys
 import time
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as `python data_prep/gsm8k.py`: make the repo root importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from data_prep.gsm8k_rows import InvalidRecord, build_row  # noqa: E402
-from data_prep.parquet_io import rows_to_table, write_parquet_atomic  # noqa: E402
-from data_prep.sources import SourceError, find_split_file, read_hub_split, read_split_file  # noqa: E402
-from recipes.constants import SPLITS  # noqa: E402
-from recipes.tool_sets import DEFAULT_TOOL_SET, TOOL_SETS, ToolSet, get_tool_set  # noqa: E402
+from data_prep.gsm8k_rows import InvalidRecord, build_row
+from data_prep.parquet_io import rows_to_table, write_parquet_atomic
+from data_prep.sources import SourceError, find_split_file, read_hub_split, read_split_file
+from recipes.constants import SPLITS
+from recipes.tool_sets import DEFAULT_TOOL_SET, TOOL_SETS, ToolSet, get_tool_set
 
 DEFAULT_SAVE_DIR = "~/data/gsm8k"
 

@@ -4,6 +4,18 @@ Data prep writes them into every parquet row, the tool YAMLs and tool classes an
 function and the launcher's preflight check against them. Change a value here and nowhere else.
 """
 
+from pathlib import Path
+
+import yaml
+
+# Where the recipe's files are: the launcher, the preflight and the tool sets resolve paths from here.
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CONFIG_DIR = REPO_ROOT / "config"
+CONFIG_NAME = "gsm8k_multiturn_grpo"  # config/gsm8k_multiturn_grpo.yaml
+PROFILE_DIR = CONFIG_DIR / "profile"
+TOOL_CONFIG_DIR = CONFIG_DIR / "tool_config"
+AGENT_LOOP_CONFIG = CONFIG_DIR / "agent_loop.yaml"
+
 # verl routes rows with this data_source to its GSM8K scorer; our reward function keys on it too.
 DATA_SOURCE = "openai/gsm8k"
 HUB_DATASET = "openai/gsm8k"
@@ -24,3 +36,7 @@ ANSWER_MARKER = "####"
 INSTRUCTION = 'Let\'s think step by step and output the final answer after "####".'
 
 SPLITS = ("train", "test")
+
+# The W&B project: verl's metrics, the Weave rollout traces and the published validation evaluations all land
+# there. Its home is the recipe config (trainer.project_name); read from there for the scripts that need it.
+PROJECT_NAME = yaml.safe_load((CONFIG_DIR / f"{CONFIG_NAME}.yaml").read_text())["trainer"]["project_name"]

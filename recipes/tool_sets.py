@@ -10,11 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from recipes.constants import ANSWER_MARKER, CALC_GSM8K_REWARD, CALCULATOR
+from recipes.constants import ANSWER_MARKER, CALC_GSM8K_REWARD, CALCULATOR, TOOL_CONFIG_DIR
 
 NO_TOOLS = "none"
-REPO_ROOT = Path(__file__).resolve().parent.parent
-TOOL_CONFIG_DIR = REPO_ROOT / "config" / "tool_config"
 
 _BASE_PROMPT = (
     "You are a careful math tutor solving grade-school word problems. "

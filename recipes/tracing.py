@@ -17,17 +17,15 @@ process's weave at the node's trace relay (recipes/trace_relay) when the launche
 from __future__ import annotations
 
 import asyncio
-import configparser
 import contextvars
 import logging
-import netrc
 import os
 import threading
-from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 from pydantic import BaseModel
+
+from recipes.credentials import has_wandb_credentials
 
 logger = logging.getLogger(__name__)
 
@@ -139,44 +137,6 @@ def tracing_this_call() -> bool:
     return RolloutTraceConfig.get_backend() is not None and _trace_enabled.get()
 
 
-# ---- W&B credentials -------------------------------------------------------------------------------
-
-DEFAULT_WANDB_BASE_URL = "https://api.wandb.ai"
-
-
-def wandb_base_url() -> str:
-    """The W&B host weave and wandb talk to: WANDB_BASE_URL, else base_url in wandb's settings file."""
-    if os.environ.get("WANDB_BASE_URL"):
-        return os.environ["WANDB_BASE_URL"].rstrip("/")
-    settings = configparser.ConfigParser()
-    config_dir = os.environ.get("WANDB_CONFIG_DIR", Path.home() / ".config" / "wandb")
-    settings.read([Path(config_dir) / "settings", Path.cwd() / "wandb" / "settings"])
-    return settings.get("default", "base_url", fallback=DEFAULT_WANDB_BASE_URL).rstrip("/")
-
-
-def wandb_api_key(base_url: str | None = None) -> str | None:
-    """The API key for W&B at `base_url` (default: wandb_base_url()): WANDB_API_KEY, else the netrc entry for
-    that host (what `wandb login` writes; weave looks it up by the host of WANDB_BASE_URL, port included)."""
-    if os.environ.get("WANDB_API_KEY"):
-        return os.environ["WANDB_API_KEY"]
-    host = urlparse(base_url or wandb_base_url()).netloc
-    candidates = [os.environ.get("NETRC"), Path.home() / ".netrc", Path.home() / "_netrc"]
-    for path in filter(None, candidates):
-        try:
-            entry = netrc.netrc(str(path)).authenticators(host)
-        except (OSError, netrc.NetrcParseError):
-            continue
-        if entry and entry[2]:
-            return entry[2]
-    return None
-
-
-def has_wandb_credentials() -> bool:
-    """Whether weave / wandb can authenticate here: an API key (env or netrc for the W&B host in use), or a
-    W&B identity token file."""
-    return bool(wandb_api_key() or os.environ.get("WANDB_IDENTITY_TOKEN_FILE"))
-
-
 # ---- the node's trace relay --------------------------------------------------------------------------
 
 TRACE_RELAY_ENV = "GSM8K_RECIPE_TRACE_RELAY"  # set by the launcher to the relay's URL
@@ -272,7 +232,7 @@ def _weave_ready(project_name: str) -> bool:
         from weave.trace.context import weave_client_context
     except ImportError:
         logger.warning("Weave tracing is OFF for this run: weave is not installed in this worker "
-                       "(pip install -r requirements/gpu.txt), or set TRACE=off.")
+                       "(bash scripts/install_gpu_env.sh installs it), or set TRACE=off.")
         return False
 
     current = weave_client_context.get_weave_client()

@@ -15,13 +15,10 @@ import re
 import statistics
 import sys
 import time
-from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO_ROOT))
-
-from recipes.tool_sets import get_tool_set  # noqa: E402
-from tools.arithmetic import CalcError, calculate  # noqa: E402
+from recipes.constants import REPO_ROOT
+from recipes.tool_sets import get_tool_set
+from tools.arithmetic import CalcError, calculate
 
 TARGET_MS = 1.0
 FALLBACK = ["48/2", "(16-3-4)*2", "1.5*4", "2**10", "1,000+250", "20%*50", "9**9**9", "1/0", "12*60/100"]

@@ -17,16 +17,14 @@ import asyncio
 import os
 import sys
 import time
-from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO_ROOT))
+# before weave is imported: no error reports, no runs, no links printed
 os.environ.setdefault("WANDB_ERROR_REPORTING", "false")
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WEAVE_PRINT_CALL_LINK", "false")
 
 from data_prep.gsm8k_rows import SourceRecord, build_row  # noqa: E402
-from recipes.constants import CALCULATOR  # noqa: E402
+from recipes.constants import CALCULATOR, REPO_ROOT  # noqa: E402
 from recipes.tool_sets import get_tool_set  # noqa: E402
 from testkit import agent_loop_harness as harness  # noqa: E402
 from testkit.qwen_tokenizer import load_qwen25_tokenizer  # noqa: E402
@@ -37,15 +35,17 @@ TARGET_MS = 5.0
 
 
 def script(reasoning_tokens: int) -> list[str]:
-    reasoning = " ".join(["She sold 48 clips, then half as many, so we add the two amounts."] * (reasoning_tokens // 16))
+    sentence = "She sold 48 clips, then half as many, so we add the two amounts."
+    reasoning = " ".join([sentence] * (reasoning_tokens // 16))
     return [f"{reasoning}\n{tool_call(CALCULATOR, expression='48/2')}",
             f"{reasoning}\n{tool_call(CALCULATOR, expression='48+24')}",
             f"{reasoning}\n#### 72"]
 
 
 async def run_all(config, tok, tools, rows, turns, traced: bool):
-    from recipes.traced_agent_loop import TracedToolAgentLoop
     from verl.utils.rollout_trace import rollout_trace_attr
+
+    from recipes.traced_agent_loop import TracedToolAgentLoop
 
     llm = ScriptedLLM(tok, lambda prompt: turns)
 
@@ -61,7 +61,8 @@ def timed(label, config, tok, tools, rows, turns, traced, server=None):
     asyncio.run(run_all(config, tok, tools, rows, turns, traced))
     seconds = time.perf_counter() - start
     calls = len(server.recorded_calls()) if server else 0
-    print(f"{label:>24}: {seconds * 1e3:9.1f} ms for {len(rows)} rollouts" + (f", {calls} traced calls" if server else ""))
+    traced = f", {calls} traced calls" if server else ""
+    print(f"{label:>24}: {seconds * 1e3:9.1f} ms for {len(rows)} rollouts{traced}")
     return seconds
 
 
@@ -71,8 +72,9 @@ def main() -> int:
     p.add_argument("--reasoning_tokens", type=int, default=400, help="tokens of reasoning per assistant turn")
     args = p.parse_args()
 
-    from recipes import tracing
     from verl.utils.rollout_trace import RolloutTraceConfig
+
+    from recipes import tracing
 
     tok = load_qwen25_tokenizer()
     config = harness.compose_trainer_config("calculator", (

@@ -6,38 +6,67 @@
 #   DATA_DIR=~/data/gsm8k_notools TOOL_SET=none bash scripts/eval_gsm8k.sh        # tools off (data prep --tool_set none)
 #   MODEL_PATH=outputs/<exp>/hf VAL_N=8 VAL_TEMPERATURE=1.0 bash scripts/eval_gsm8k.sh   # pass@k from 8 samples
 #   DRY_RUN=1 bash scripts/eval_gsm8k.sh                                            # preflight + print only
+#   LOGGER=console,wandb bash scripts/eval_gsm8k.sh    # also publish the result as a Weave Evaluation (PUBLISH=1 too)
+#
+# The launcher's knobs (PROFILE, MODEL_PATH, DATA_DIR, TOOL_SET, OUTPUT_DIR, ...) pass through with the
+# launcher's own defaults; only what evaluation changes is set here.
 set -euo pipefail
 
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-# ---- knobs (the launcher's names; everything else the launcher reads works too) ----------------------
-export MODEL_PATH=${MODEL_PATH:-Qwen/Qwen2.5-3B-Instruct}
-export DATA_DIR=${DATA_DIR:-$HOME/data/gsm8k}
-export TOOL_SET=${TOOL_SET:-calculator}
-VAL_N=${VAL_N:-1}                      # samples per question; >1 gives pass@k
-VAL_TEMPERATURE=${VAL_TEMPERATURE:-0}  # 0 = greedy (use >0 with VAL_N>1)
+# ---- knobs (evaluation's own) ------------------------------------------------------------------------
+VAL_N=${VAL_N:-1}                      # samples per question; >1 gives pass@k (needs VAL_TEMPERATURE > 0)
+VAL_TEMPERATURE=${VAL_TEMPERATURE:-0}  # 0 = greedy
 PASS_K=${PASS_K:-$VAL_N}
-export EXPERIMENT_NAME=${EXPERIMENT_NAME:-eval_$(basename "$MODEL_PATH")_${TOOL_SET}}
-export OUTPUT_DIR=${OUTPUT_DIR:-$REPO_ROOT/outputs/$EXPERIMENT_NAME}
+export EXPERIMENT_NAME=${EXPERIMENT_NAME:-eval_$(basename "${MODEL_PATH:-profile_model}")_${TOOL_SET:-default_tools}}
 export LOGGER=${LOGGER:-console}       # no W&B needed to evaluate
 export TRACE=${TRACE:-off}
+PUBLISH=${PUBLISH:-auto}               # Weave Evaluation of the result: auto (= when LOGGER has wandb) | 1 | 0
 PYTHON=${PYTHON:-python3}
 # -----------------------------------------------------------------------------------------------------
-if [ "$VAL_N" -gt 1 ]; then DO_SAMPLE=True; else DO_SAMPLE=False; fi
+# verl's agent loop samples at val_kwargs.temperature whatever do_sample says: at 0 all n samples are the same
+if [ "$VAL_N" -gt 1 ] && awk "BEGIN {exit !($VAL_TEMPERATURE <= 0)}"; then
+  echo "error: VAL_N=$VAL_N samples at VAL_TEMPERATURE=$VAL_TEMPERATURE would all be identical (greedy); set VAL_TEMPERATURE=1.0" >&2
+  exit 1
+fi
+OUTPUT_DIR=$(PRINT_OUTPUT_DIR=1 bash "$REPO_ROOT/scripts/run_gsm8k_grpo.sh")
 
 EVAL_OVERRIDES=(
   "trainer.val_only=True"
   "trainer.val_before_train=True"
   "actor_rollout_ref.rollout.val_kwargs.n=$VAL_N"
-  "actor_rollout_ref.rollout.val_kwargs.do_sample=$DO_SAMPLE"
   "actor_rollout_ref.rollout.val_kwargs.temperature=$VAL_TEMPERATURE"
 )
 SUMMARY=("$PYTHON" "$REPO_ROOT/scripts/eval_summary.py" --validation_dir "$OUTPUT_DIR/validation" --k 1)
-if [ "$PASS_K" -gt 1 ]; then SUMMARY+=(--k "$PASS_K"); fi
+PUBLISH_CMD=("$PYTHON" "$REPO_ROOT/scripts/publish_evals.py" --validation_dir "$OUTPUT_DIR/validation"
+             --experiment "$EXPERIMENT_NAME" --k 1)
+if [ "$PASS_K" -gt 1 ]; then SUMMARY+=(--k "$PASS_K"); PUBLISH_CMD+=(--k "$PASS_K"); fi
+if [ -n "${MODEL_PATH:-}" ]; then PUBLISH_CMD+=(--model_path "$MODEL_PATH"); fi
+if [ -n "${TOOL_SET:-}" ]; then PUBLISH_CMD+=(--tool_set "$TOOL_SET"); fi
+if [ -n "${PROJECT_NAME:-}" ]; then PUBLISH_CMD+=(--project "$PROJECT_NAME"); fi
+case "$PUBLISH" in
+  1) PUBLISH_NOTE="" ;;
+  auto) if [[ ",$LOGGER," == *",wandb,"* ]]; then
+          PUBLISH_NOTE=""; PUBLISH_CMD+=(--skip_without_credentials)  # W&B logging on but no key: say so, go on
+        else
+          PUBLISH_NOTE="not publishing to Weave (LOGGER=$LOGGER has no wandb; PUBLISH=1 to publish)"
+        fi ;;
+  0) PUBLISH_NOTE="not publishing to Weave (PUBLISH=0)" ;;
+  *) echo "error: PUBLISH must be auto, 1 or 0, not '$PUBLISH'" >&2; exit 1 ;;
+esac
 
-# the launcher execs verl, so it runs in its own bash process; the summary follows it
-bash "$REPO_ROOT/scripts/run_gsm8k_grpo.sh" "${EVAL_OVERRIDES[@]}" "$@"
+# the launcher execs verl, so it runs in its own bash process; the summary follows it. Its own
+# publish-while-training watcher stays off: publishing happens once, below, from one process.
+PUBLISH_EVALS=0 bash "$REPO_ROOT/scripts/run_gsm8k_grpo.sh" "${EVAL_OVERRIDES[@]}" "$@"
 if [ "${DRY_RUN:-0}" = 1 ]; then
   echo "# then: $(printf '%q ' "${SUMMARY[@]}")"
+  if [ -n "$PUBLISH_NOTE" ]; then echo "# $PUBLISH_NOTE"; else echo "# then: $(printf '%q ' "${PUBLISH_CMD[@]}")"; fi
   exit 0
 fi
 "${SUMMARY[@]}"
+if [ -n "$PUBLISH_NOTE" ]; then
+  echo "[eval] $PUBLISH_NOTE"
+elif [ "$PUBLISH" = 1 ]; then
+  "${PUBLISH_CMD[@]}"  # asked for explicitly: a failure fails the eval
+else
+  "${PUBLISH_CMD[@]}" || echo "[eval] warning: publishing to Weave failed (see above); the result is in $OUTPUT_DIR/validation/summary.json" >&2
+fi

@@ -13,10 +13,8 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from recipes.evaluation.scoring import summarize  # noqa: E402
-from recipes.rollout_report.dumps import load_dump_dir  # noqa: E402
+from recipes.evaluation.scoring import summarize
+from recipes.rollout_report.dumps import load_dump_dir
 
 
 def main(argv: list[str] | None = None) -> int:

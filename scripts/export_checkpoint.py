@@ -16,9 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from recipes.evaluation.export import ExportError, find_actor_dir, is_lora, merge_command  # noqa: E402
+from recipes.evaluation.export import ExportError, find_actor_dir, is_lora, merge_command
 
 
 def main(argv: list[str] | None = None) -> int:

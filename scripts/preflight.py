@@ -1,52 +1,39 @@
 """Preflight for scripts/run_gsm8k_grpo.sh: everything that can be checked before a GPU is used.
 
-    python scripts/preflight.py [--launch] [--print-config] -- <the hydra overrides the launch will use>
+    python scripts/preflight.py [--launch | --submit] [--print-config] -- <the hydra overrides the launch will use>
 
 Composes the recipe config exactly as the launch will, runs verl's validate_config and builds the rollout and
-actor config dataclasses, then checks data, tools, reward, agent loops and tracing; with --launch also the
-visible GPUs and W&B credentials. Warnings (stale keys) go to stderr; errors too, one line each, exit 1.
+actor config dataclasses, then checks data, tools, reward, agent loops, tracing, LoRA, rollout concurrency and
+(on several nodes) shared outputs; with --launch also this node's GPUs, W&B credentials and disk space; with
+--submit (a Ray job) credentials and disk space. Warnings go to stderr; errors too, one line each, exit 1.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from omegaconf import OmegaConf
 
-from omegaconf import OmegaConf  # noqa: E402
-
-from recipes.preflight.checks import run_all  # noqa: E402
-from recipes.preflight.compose import compose_config, validate_like_verl  # noqa: E402
-from recipes.preflight.stale_keys import stale_warnings  # noqa: E402
+from recipes.preflight.checks import run_all
+from recipes.preflight.compose import compose_config, validate_like_verl
+from recipes.preflight.stale_keys import stale_warnings
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--launch", action="store_true", help="also check GPUs and W&B credentials")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--launch", action="store_true", help="about to train on this node: also GPUs, credentials, disk")
+    mode.add_argument("--submit", action="store_true", help="about to submit a Ray job: also credentials, disk")
     p.add_argument("--print-config", action="store_true", help="print the composed config (YAML)")
     p.add_argument("overrides", nargs="*")
     args = p.parse_args(argv)
-
-    for warning in stale_warnings(args.overrides):
-        print(f"[preflight] WARNING: {warning}", file=sys.stderr)
-    try:
-        config = compose_config(args.overrides)
-    except Exception as err:
-        print(f"[preflight] ERROR: the config does not compose: {err}".replace("\n", " "), file=sys.stderr)
+    # verl prints as it validates and loads tools; keep stdout for the config and the command alone
+    with contextlib.redirect_stdout(sys.stderr):
+        config, report = _check(args)
+    if config is None:
         return 1
-    try:
-        validate_like_verl(config)
-    except Exception as err:
-        print(f"[preflight] ERROR: verl rejects the config: {type(err).__name__}: {err}".replace("\n", " "),
-              file=sys.stderr)
-        return 1
-    report = run_all(config, launch=args.launch)
-    for warning in report.warnings:
-        print(f"[preflight] WARNING: {warning}", file=sys.stderr)
-    for error in report.errors:
-        print(f"[preflight] ERROR: {error}", file=sys.stderr)
     if args.print_config:
         print(OmegaConf.to_yaml(config))
     if report.errors:
@@ -55,6 +42,28 @@ def main(argv: list[str] | None = None) -> int:
     print("[preflight] ok: config composes, verl validates it, data/tools/reward/agent loops/tracing agree",
           file=sys.stderr)
     return 0
+
+
+def _check(args):
+    for warning in stale_warnings(args.overrides):
+        print(f"[preflight] WARNING: {warning}", file=sys.stderr)
+    try:
+        config = compose_config(args.overrides)
+    except Exception as err:
+        print(f"[preflight] ERROR: the config does not compose: {err}".replace("\n", " "), file=sys.stderr)
+        return None, None
+    try:
+        validate_like_verl(config)
+    except Exception as err:
+        print(f"[preflight] ERROR: verl rejects the config: {type(err).__name__}: {err}".replace("\n", " "),
+              file=sys.stderr)
+        return None, None
+    report = run_all(config, launch=args.launch, submit=args.submit)
+    for warning in report.warnings:
+        print(f"[preflight] WARNING: {warning}", file=sys.stderr)
+    for error in report.errors:
+        print(f"[preflight] ERROR: {error}", file=sys.stderr)
+    return config, report
 
 
 if __name__ == "__main__":

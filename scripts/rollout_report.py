@@ -13,11 +13,10 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from recipes.rollout_report.dumps import load_dump_dir  # noqa: E402
-from recipes.rollout_report.plots import plot_prompts, plot_steps  # noqa: E402
-from recipes.rollout_report.stats import by_step, chosen_prompts, collapse_alarm, prompt_accuracy  # noqa: E402
+from recipes.rollout_report.dumps import load_dump_dir
+from recipes.rollout_report.markdown import render_report
+from recipes.rollout_report.plots import plot_prompts, plot_steps
+from recipes.rollout_report.stats import by_step, chosen_prompts, prompt_accuracy
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,7 +40,8 @@ def main(argv: list[str] | None = None) -> int:
             if folder:
                 records = load_dump_dir(folder)
                 series[label] = by_step(records)
-                records_for_prompts = records if label == "validation" or not records_for_prompts else records_for_prompts
+                if label == "validation" or not records_for_prompts:  # prompts.png: validation prompts recur
+                    records_for_prompts = records
     except (FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
@@ -51,20 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     prompts = chosen_prompts(per_prompt, args.prompts, args.prompt_contains)
     prompts_png = plot_prompts(per_prompt, prompts, out) if prompts else None
 
-    lines = ["# Rollout report", ""]
-    for label, steps in series.items():
-        first, last = steps[0], steps[-1]
-        lines += [f"## {label}: steps {first['step']}-{last['step']}", "",
-                  "| step | rollouts | reward | accuracy | tool-call rate | tool calls/rollout | response chars |",
-                  "|---|---|---|---|---|---|---|"]
-        lines += [f"| {s['step']} | {s['rollouts']} | {s['reward']:.3f} | {s['accuracy']:.3f} | "
-                  f"{s['tool_call_rate']:.2f} | {s['tool_calls_per_rollout']:.2f} | {s['response_chars']:.0f} |"
-                  for s in steps]
-        alarm = collapse_alarm(steps, args.collapse_floor, args.collapse_drop)
-        lines += ["", f"**ALARM**: {alarm}" if alarm else "Tool use: no collapse alarm.", ""]
-    lines += [f"![by step]({steps_png.name})", ""] + ([f"![per prompt]({prompts_png.name})", ""] if prompts_png else [])
-    (out / "report.md").write_text("\n".join(lines))
-    print("\n".join(lines))
+    report = render_report(series, args.collapse_floor, args.collapse_drop, [p for p in (steps_png, prompts_png) if p])
+    (out / "report.md").write_text(report)
+    print(report)
     print(f"wrote {out / 'report.md'}, {steps_png}" + (f", {prompts_png}" if prompts_png else ""))
     return 0
 

@@ -2,108 +2,103 @@
 # Multi-turn tool-using GRPO on GSM8K with verl 0.9.1: async SGLang rollouts, Weave traces.
 #
 #   python data_prep/gsm8k.py && bash scripts/run_gsm8k_grpo.sh           # 8xH100, the recipe's defaults
-#   PROFILE=1gpu_smoke bash scripts/run_gsm8k_grpo.sh                     # profiles: config/profiles/*.env
+#   PROFILE=4gpu bash scripts/run_gsm8k_grpo.sh                           # config/profile/*.yaml
 #   DRY_RUN=1 bash scripts/run_gsm8k_grpo.sh                              # preflight + print, start nothing
-#   bash scripts/run_gsm8k_grpo.sh trainer.total_epochs=1                 # extra hydra overrides go last
+#   bash scripts/run_gsm8k_grpo.sh trainer.total_epochs=1                 # hydra overrides go last and win
 #
-# Every knob below can be set from the environment. A preflight (scripts/preflight.py) runs first and
-# stops the launch, before any GPU work, on anything that would fail or silently do nothing.
+# The knobs below are what differs per machine or run; every other setting lives once, in
+# config/gsm8k_multiturn_grpo.yaml or a profile, and is changed with a hydra override. A preflight
+# (scripts/preflight.py) runs first and stops the launch, before any GPU work, on anything that would fail
+# or silently do nothing.
 set -euo pipefail
 
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-PROFILE=${PROFILE:-8xh100}
-PROFILE_FILE="$REPO_ROOT/config/profiles/$PROFILE.env"
-if [ ! -f "$PROFILE_FILE" ]; then
-  echo "error: unknown PROFILE=$PROFILE; choose one of: $(cd "$REPO_ROOT/config/profiles" && ls ./*.env | sed 's|./||; s|\.env||' | xargs)" >&2
-  exit 1
-fi
-# shellcheck source=/dev/null
-source "$PROFILE_FILE"  # the profile's defaults; anything already in the environment wins
 
 # ---- knobs ------------------------------------------------------------------------------------------
-PYTHON=${PYTHON:-python3}
-MODEL_PATH=${MODEL_PATH:-Qwen/Qwen2.5-3B-Instruct}
+PROFILE=${PROFILE:-8xh100}                       # config/profile/<PROFILE>.yaml
 DATA_DIR=${DATA_DIR:-$HOME/data/gsm8k}           # where python data_prep/gsm8k.py writes
 TOOL_SET=${TOOL_SET:-calculator}                 # calculator | calc_gsm8k_reward | both | none (as in the data prep)
-N_GPUS_PER_NODE=${N_GPUS_PER_NODE:-8}
-NNODES=${NNODES:-1}
-TP=${TP:-2}                                      # SGLang tensor parallel size per engine
-GPU_MEM_UTIL=${GPU_MEM_UTIL:-0.5}
-ROLLOUT_N=${ROLLOUT_N:-16}                       # GRPO group size
-TRAIN_BATCH_SIZE=${TRAIN_BATCH_SIZE:-256}        # prompts per step
-PPO_MINI_BATCH_SIZE=${PPO_MINI_BATCH_SIZE:-256}
-MICRO_BATCH_PER_GPU=${MICRO_BATCH_PER_GPU:-32}
-MAX_PROMPT_LENGTH=${MAX_PROMPT_LENGTH:-1024}
-MAX_RESPONSE_LENGTH=${MAX_RESPONSE_LENGTH:-1024} # all turns together, tool responses included
-MAX_TURNS=${MAX_TURNS:-5}                        # assistant turns per trajectory
-LR=${LR:-1e-6}
-LORA_RANK=${LORA_RANK:-0}                        # >0 trains LoRA adapters (PROFILE=lora)
-LORA_ALPHA=${LORA_ALPHA:-16}
-REWARD_METHOD=${REWARD_METHOD:-strict}           # strict (#### answer) | flexible (last number)
-TOOL_CALL_BONUS=${TOOL_CALL_BONUS:-0.0}          # e.g. 0.1 against tool-use collapse
-TOTAL_EPOCHS=${TOTAL_EPOCHS:-15}
-TOTAL_TRAINING_STEPS=${TOTAL_TRAINING_STEPS:-null}
-TEST_FREQ=${TEST_FREQ:-20}
-SAVE_FREQ=${SAVE_FREQ:-20}
-VAL_MAX_SAMPLES=${VAL_MAX_SAMPLES:--1}
-LOGGER=${LOGGER:-console,wandb}
-TRACE=${TRACE:-on}                               # on: Weave traces of sampled rollouts; off: none
-TRACE_SAMPLES=${TRACE_SAMPLES:-2}                # traced prompts per agent-loop worker per step (x n rollouts)
-PROJECT_NAME=${PROJECT_NAME:-gsm8k_tool_grpo}
-EXPERIMENT_NAME=${EXPERIMENT_NAME:-qwen2.5-3b-instruct_${TOOL_SET}}
-OUTPUT_DIR=${OUTPUT_DIR:-$REPO_ROOT/outputs/$EXPERIMENT_NAME}
-RECIPE_PATHS=${RECIPE_PATHS:-absolute}           # relative: for `ray job submit` (the repo is each worker's cwd)
+MODEL_PATH=${MODEL_PATH:-}                       # empty: the profile's model
+N_GPUS_PER_NODE=${N_GPUS_PER_NODE:-}             # empty: the profile's
+NNODES=${NNODES:-}                               # empty: the profile's
+TRACE=${TRACE:-}                                 # on | off; empty: the profile's (on, except smoke tests)
+LOGGER=${LOGGER:-}                               # e.g. console or console,wandb; empty: the profile's
+EXPERIMENT_NAME=${EXPERIMENT_NAME:-gsm8k_${TOOL_SET}_${PROFILE}}
+OUTPUT_DIR=${OUTPUT_DIR:-$REPO_ROOT/outputs/$EXPERIMENT_NAME}  # checkpoints, dumps; multi-node: shared storage
+PUBLISH_EVALS=${PUBLISH_EVALS:-0}                # 1: publish each validation to Weave as an Evaluation while training
+PYTHON=${PYTHON:-python3}
 DRY_RUN=${DRY_RUN:-0}
+SUBMIT=${SUBMIT:-}                               # ray: submit as a Ray job to RAY_ADDRESS (submit_multinode.sh)
 # -----------------------------------------------------------------------------------------------------
 
-if [ "$RECIPE_PATHS" = relative ]; then ROOT=.; else ROOT=$REPO_ROOT; fi
+if [ "${PRINT_OUTPUT_DIR:-0}" = 1 ]; then echo "$OUTPUT_DIR"; exit 0; fi  # for scripts/eval_gsm8k.sh
+if [ ! -f "$REPO_ROOT/config/profile/$PROFILE.yaml" ]; then
+  echo "error: unknown PROFILE=$PROFILE; choose one of: $(cd "$REPO_ROOT/config/profile" && ls ./*.yaml | sed 's|./||; s|\.yaml||' | xargs)" >&2
+  exit 1
+fi
+# A Ray job runs in Ray's unpacked copy of the repo on every node: give it repo-relative paths.
+if [ "$SUBMIT" = ray ]; then ROOT=.; else ROOT=$REPO_ROOT; fi
 if [ "$TOOL_SET" = none ]; then TOOL_CONFIG=null; else TOOL_CONFIG=$ROOT/config/tool_config/$TOOL_SET.yaml; fi
-case "$TRACE" in
-  on) TRACE_BACKEND=weave ;;
-  off) TRACE_BACKEND=null ;;
-  *) echo "error: TRACE must be on or off, not '$TRACE'" >&2; exit 1 ;;
-esac
 
 OVERRIDES=(
+  "profile=$PROFILE"
   "data.train_files=$DATA_DIR/train.parquet"
   "data.val_files=$DATA_DIR/test.parquet"
-  "data.train_batch_size=$TRAIN_BATCH_SIZE"
-  "data.max_prompt_length=$MAX_PROMPT_LENGTH"
-  "data.max_response_length=$MAX_RESPONSE_LENGTH"
-  "data.val_max_samples=$VAL_MAX_SAMPLES"
-  "actor_rollout_ref.model.path=$MODEL_PATH"
-  "actor_rollout_ref.model.lora_rank=$LORA_RANK"
-  "actor_rollout_ref.model.lora_alpha=$LORA_ALPHA"
-  "actor_rollout_ref.actor.optim.lr=$LR"
-  "actor_rollout_ref.actor.ppo_mini_batch_size=$PPO_MINI_BATCH_SIZE"
-  "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=$MICRO_BATCH_PER_GPU"
-  "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=$MICRO_BATCH_PER_GPU"
-  "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=$MICRO_BATCH_PER_GPU"
-  "actor_rollout_ref.rollout.tensor_model_parallel_size=$TP"
-  "actor_rollout_ref.rollout.gpu_memory_utilization=$GPU_MEM_UTIL"
-  "actor_rollout_ref.rollout.n=$ROLLOUT_N"
-  "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=$MAX_TURNS"
   "actor_rollout_ref.rollout.multi_turn.tool_config_path=$TOOL_CONFIG"
   "actor_rollout_ref.rollout.agent.agent_loop_config_path=$ROOT/config/agent_loop.yaml"
-  "actor_rollout_ref.rollout.trace.backend=$TRACE_BACKEND"
-  "actor_rollout_ref.rollout.trace.max_samples_per_step_per_worker=$TRACE_SAMPLES"
   "reward.custom_reward_function.path=$ROOT/recipes/reward.py"
-  "reward.custom_reward_function.reward_kwargs.method=$REWARD_METHOD"
-  "reward.custom_reward_function.reward_kwargs.tool_call_bonus=$TOOL_CALL_BONUS"
-  "trainer.use_v1=False"
-  "trainer.logger=[$LOGGER]"
-  "trainer.project_name=$PROJECT_NAME"
   "trainer.experiment_name=$EXPERIMENT_NAME"
-  "trainer.n_gpus_per_node=$N_GPUS_PER_NODE"
-  "trainer.nnodes=$NNODES"
-  "trainer.total_epochs=$TOTAL_EPOCHS"
-  "trainer.total_training_steps=$TOTAL_TRAINING_STEPS"
-  "trainer.test_freq=$TEST_FREQ"
-  "trainer.save_freq=$SAVE_FREQ"
   "trainer.default_local_dir=$OUTPUT_DIR/checkpoints"
   "trainer.rollout_data_dir=$OUTPUT_DIR/rollouts"
   "trainer.validation_data_dir=$OUTPUT_DIR/validation"
 )
+[ -z "$MODEL_PATH" ] || OVERRIDES+=("actor_rollout_ref.model.path=$MODEL_PATH")
+[ -z "$N_GPUS_PER_NODE" ] || OVERRIDES+=("trainer.n_gpus_per_node=$N_GPUS_PER_NODE")
+[ -z "$NNODES" ] || OVERRIDES+=("trainer.nnodes=$NNODES")
+[ -z "$LOGGER" ] || OVERRIDES+=("trainer.logger=[$LOGGER]")
+case "$TRACE" in
+  "") ;;
+  on) OVERRIDES+=("actor_rollout_ref.rollout.trace.backend=weave") ;;
+  off) OVERRIDES+=("actor_rollout_ref.rollout.trace.backend=null") ;;
+  *) echo "error: TRACE must be on or off, not '$TRACE'" >&2; exit 1 ;;
+esac
+
+# Knobs of earlier versions still work: each becomes the hydra override that replaced it, said in one line.
+LEGACY_KNOBS=(
+  "TP actor_rollout_ref.rollout.tensor_model_parallel_size"
+  "GPU_MEM_UTIL actor_rollout_ref.rollout.gpu_memory_utilization"
+  "ROLLOUT_N actor_rollout_ref.rollout.n"
+  "TRAIN_BATCH_SIZE data.train_batch_size"
+  "PPO_MINI_BATCH_SIZE actor_rollout_ref.actor.ppo_mini_batch_size"
+  "MICRO_BATCH_PER_GPU actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu"
+  "MAX_PROMPT_LENGTH data.max_prompt_length"
+  "MAX_RESPONSE_LENGTH data.max_response_length"
+  "MAX_TURNS actor_rollout_ref.rollout.multi_turn.max_assistant_turns"
+  "LR actor_rollout_ref.actor.optim.lr"
+  "LORA_RANK actor_rollout_ref.model.lora_rank"
+  "LORA_ALPHA actor_rollout_ref.model.lora_alpha"
+  "REWARD_METHOD reward.custom_reward_function.reward_kwargs.method"
+  "TOOL_CALL_BONUS reward.custom_reward_function.reward_kwargs.tool_call_bonus"
+  "TOTAL_EPOCHS trainer.total_epochs"
+  "TOTAL_TRAINING_STEPS trainer.total_training_steps"
+  "TEST_FREQ trainer.test_freq"
+  "SAVE_FREQ trainer.save_freq"
+  "VAL_MAX_SAMPLES data.val_max_samples"
+  "TRACE_SAMPLES actor_rollout_ref.rollout.trace.max_samples_per_step_per_worker"
+  "PROJECT_NAME trainer.project_name"
+)
+for entry in "${LEGACY_KNOBS[@]}"; do
+  read -r var keys <<<"$entry"
+  [ -n "${!var:-}" ] || continue
+  replaced=()
+  for key in $keys; do replaced+=("$key=${!var}"); done
+  OVERRIDES+=("${replaced[@]}")
+  echo "[launch] $var=${!var} is now the hydra override ${replaced[*]} (applied; pass it as an argument instead)" >&2
+done
+
+# A Ray job's entrypoint (recipes/launch/ray_job.py) is this script again, with every knob already resolved
+# into the arguments by the submitting launcher: nothing is looked up twice.
+if [ "${RECIPE_RESOLVED:-0}" = 1 ]; then OVERRIDES=(); fi
 
 CMD=("$PYTHON" -m verl.trainer.main_ppo --config-path="$REPO_ROOT/config" --config-name=gsm8k_multiturn_grpo
      "${OVERRIDES[@]}" "$@")
@@ -112,13 +107,29 @@ cd "$REPO_ROOT"  # Ray puts the driver's cwd on every local worker's sys.path: o
 export PYTHONPATH="$REPO_ROOT${PYTHONPATH:+:$PYTHONPATH}"
 
 PREFLIGHT=("$PYTHON" "$REPO_ROOT/scripts/preflight.py")
+# Beside training, never in its way: publishes each validation dump as it lands, exits after main_ppo (which
+# keeps this shell's PID through exec) does; failures go to its log, not to training.
+WATCHER=("$PYTHON" "$REPO_ROOT/scripts/publish_evals.py" --validation_dir "$OUTPUT_DIR/validation"
+         --experiment "$EXPERIMENT_NAME" --tool_set "$TOOL_SET" --watch --stop_when_pid_exits $$)
+[ -z "$MODEL_PATH" ] || WATCHER+=(--model_path "$MODEL_PATH")
 if [ "$DRY_RUN" = 1 ]; then
   "${PREFLIGHT[@]}" --print-config -- "${OVERRIDES[@]}" "$@"
-  echo "# DRY_RUN=1: preflight passed; the launch would run (profile $PROFILE):"
+  echo "# DRY_RUN=1: preflight passed; the launch would run (profile $PROFILE${SUBMIT:+, submitted as a Ray job}):"
+  if [ "$PUBLISH_EVALS" = 1 ]; then echo "# and beside it: $(printf '%q ' "${WATCHER[@]}")"; fi
   printf '%q ' "${CMD[@]}"; echo
   exit 0
+fi
+if [ "$SUBMIT" = ray ]; then
+  # Checked here (no GPUs needed on the submitting machine), then run on the cluster from Ray's copy of the repo.
+  "${PREFLIGHT[@]}" --submit -- "${OVERRIDES[@]}" "$@"
+  exec "$PYTHON" -m recipes.launch.ray_job -- "${OVERRIDES[@]}" "$@"
 fi
 "${PREFLIGHT[@]}" --launch -- "${OVERRIDES[@]}" "$@"
 
 ulimit -n 65535 2>/dev/null || echo "warning: could not raise the open-files limit (ulimit -n 65535); Ray may run out" >&2
+if [ "$PUBLISH_EVALS" = 1 ]; then
+  mkdir -p "$OUTPUT_DIR"
+  nohup "${WATCHER[@]}" >>"$OUTPUT_DIR/publish_evals.log" 2>&1 &
+  echo "[launch] publishing each validation to Weave in the background (log: $OUTPUT_DIR/publish_evals.log)" >&2
+fi
 exec "${CMD[@]}"

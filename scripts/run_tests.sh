@@ -18,6 +18,8 @@ fi
 echo "[run_tests] installing requirements/test.txt (about 3 minutes the first time, seconds after)"
 "$VENV/bin/python" -m pip install -q --upgrade pip
 "$VENV/bin/python" -m pip install -q -r "$REPO_ROOT/requirements/test.txt"
+# the recipe's packages (recipes, tools, data_prep, testkit), editable: scripts import them from anywhere
+"$VENV/bin/python" -m pip install -q --no-deps -e "$REPO_ROOT"
 
 cd "$REPO_ROOT"
 export WANDB_ERROR_REPORTING=false WANDB_MODE=offline HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1

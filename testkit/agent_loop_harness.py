@@ -1,8 +1,10 @@
 """Build and run verl's real agent loop the way verl's AgentLoopWorker does, minus Ray and the LLM server.
 
-The config is verl's own `ppo_trainer` composed by hydra with the recipe's multi-turn overrides, the tools
-come from our YAML through verl's loader, the tokenizer is the offline Qwen2.5 one, and the only stand-in
-is the LLM server client (testkit.scripted_llm). Runs inside the caller's event loop (the agent loop
+The config is the recipe's own (config/gsm8k_multiturn_grpo.yaml over verl's ppo_trainer, composed by the
+preflight's composer with the paths the launcher sets), so a change to the recipe's YAML reaches every test
+that runs a rollout; the tools come from our YAML through verl's loader, the tokenizer is the offline
+Qwen2.5 one, and the only stand-in is the LLM server client (testkit.scripted_llm). Runs inside the
+caller's event loop (the agent loop
 captures the running loop when constructed).
 """
 
@@ -10,27 +12,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hydra import compose, initialize_config_module
-
+import recipes.tool_parser  # noqa: F401  the recipe's tool-call format, registered as the agent loop registers it
+from recipes.constants import AGENT_LOOP_CONFIG, REPO_ROOT
+from recipes.preflight.compose import compose_config
 from recipes.tool_sets import get_tool_set
-
-DEFAULT_OVERRIDES = (
-    "actor_rollout_ref.rollout.prompt_length=1024",
-    "actor_rollout_ref.rollout.response_length=1024",
-    "actor_rollout_ref.rollout.multi_turn.format=hermes",
-    "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=5",
-    "actor_rollout_ref.rollout.multi_turn.max_tool_response_length=256",
-    "data.max_prompt_length=1024",
-    "data.max_response_length=1024",
-)
 
 
 def compose_trainer_config(tool_set: str = "calculator", extra_overrides: tuple[str, ...] = ()):
-    overrides = [*DEFAULT_OVERRIDES,
-                 f"actor_rollout_ref.rollout.multi_turn.tool_config_path={get_tool_set(tool_set).config_path}",
-                 *extra_overrides]
-    with initialize_config_module(config_module="verl.trainer.config", version_base=None):
-        return compose(config_name="ppo_trainer", overrides=overrides)
+    """The recipe's config as a launch composes it (tool config, agent loops and reward at their real paths)."""
+    tool_config = get_tool_set(tool_set).config_path
+    return compose_config([
+        f"actor_rollout_ref.rollout.multi_turn.tool_config_path={tool_config or 'null'}",
+        f"actor_rollout_ref.rollout.agent.agent_loop_config_path={AGENT_LOOP_CONFIG}",
+        f"reward.custom_reward_function.path={REPO_ROOT / 'recipes' / 'reward.py'}",
+        *extra_overrides,
+    ])
 
 
 def load_tools(config) -> list:

@@ -36,7 +36,7 @@ from testkit.weave_memory_server import MemoryTraceServer
 API_KEY = "loopback-" + "0" * 31  # any string: the stand-in checks nothing
 USERNAME = "loopback-user"
 _READS = {  # route -> MemoryTraceServer method
-    "/calls/stream_query": "calls_query", "/calls/query_stats": "calls_query", "/obj/read": "obj_read",
+    "/calls/stream_query": "calls_query_stream", "/calls/query_stats": "calls_query_stats", "/obj/read": "obj_read",
     "/table/query": "table_query", "/refs/read_batch": "refs_read_batch",
 }
 
@@ -92,7 +92,8 @@ class WandbStandIn:
             store.record_table(local.digest, json.loads(local.body)["table"]["rows"])
         elif route.startswith("/feedback/"):
             req = json.loads(local.body)
-            store.record_feedback(req.get("batch") or [req])
+            for item in req.get("batch") or [req]:
+                store.feedback_create(item)
         for start, end in protocol.complete_calls(route, local.body):
             if start:
                 store.call_start({"start": start})
@@ -106,10 +107,10 @@ class WandbStandIn:
         except (NotImplementedError, KeyError) as err:
             return Response.json({"reason": str(err)}, 501 if isinstance(err, NotImplementedError) else 404)
         if route == "/calls/stream_query":
-            body = b"".join(json.dumps(call).encode() + b"\n" for call in result)
+            body = b"".join(row.model_dump_json().encode() + b"\n" for row in result)
             return Response(body=body, content_type="application/jsonl")
         if route == "/calls/query_stats":
-            return Response.json({"count": len(result)})
+            return Response(body=result.model_dump_json().encode(), content_type="application/json")
         return Response.json(result)
 
     @staticmethod

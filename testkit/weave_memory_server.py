@@ -11,10 +11,14 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+import uuid
+from collections.abc import Iterator
+from datetime import datetime, timezone
 from typing import Any
 
 from weave.trace_server_bindings.models import EnsureProjectExistsRes
 from weave.vendor.weave_server_sdk import types as t
+from weave.vendor.weave_server_sdk.types.call_read_response import Call as CallRow
 
 
 def _digest(payload: Any) -> str:
@@ -22,9 +26,10 @@ def _digest(payload: Any) -> str:
 
 
 class MemoryTraceServer:
-    """The subset of the trace-server interface the weave client uses to record calls (weave 0.54: requests
-    are plain dicts, responses the SDK's models). Optional features (`get_*_processor`) are absent on
-    purpose: the client probes them with hasattr and then calls the server directly."""
+    """The subset of the trace-server interface the weave client uses to record calls, and to log and look
+    up evaluations (feedback, call queries). weave 0.54: requests are plain dicts, responses the SDK's
+    models. Optional features (`get_*_processor`) are absent on purpose: the client probes them with
+    hasattr and then calls the server directly."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -79,6 +84,15 @@ class MemoryTraceServer:
             self.tables[digest] = rows
         return t.TableCreateResponse(digest=digest, row_digests=[_digest(r) for r in rows])
 
+    def table_create_from_digests(self, req: dict) -> t.TableCreateFromDigestsResponse:
+        """A table from rows sent before in table_create chunks: how weave uploads tables of over 1000 rows."""
+        by_digest = self.table_rows_by_digest()
+        rows = [by_digest[row_digest] for row_digest in req["row_digests"]]
+        digest = _digest(rows)
+        with self._lock:
+            self.tables[digest] = rows
+        return t.TableCreateFromDigestsResponse(digest=digest)
+
     def file_create(self, req: dict) -> t.FileCreateResponse:
         content = req["file"]
         content = content[1] if isinstance(content, tuple) else content
@@ -87,6 +101,47 @@ class MemoryTraceServer:
         with self._lock:
             self.files[digest] = content
         return t.FileCreateResponse(digest=digest)
+
+    # --- feedback and call queries (weave.EvaluationLogger's scores, "already published?" lookups) ----
+    def feedback_create(self, req: dict) -> t.FeedbackCreateResponse:
+        row = {**req, "id": str(uuid.uuid4()), "created_at": datetime.now(timezone.utc)}
+        with self._lock:
+            self.feedback.append(row)
+        return t.FeedbackCreateResponse(id=row["id"], created_at=row["created_at"], payload=req.get("payload") or {},
+                                        wb_user_id="offline")
+
+    def calls_query_stream(self, req: dict) -> Iterator[CallRow]:
+        """Calls of the project that match `filter` (op_names with `:*` version wildcards, call_ids,
+        parent_ids, trace_ids, trace_roots_only) and `query` (the `$expr` subset in `_evaluate`), in start
+        order, with offset/limit. Anything else in a request raises: a stand-in must not answer a question
+        it does not understand as if it had."""
+        unknown = {key for key, value in (req.get("filter") or {}).items() if value is not None} - _FILTER_KEYS
+        if unknown or req.get("sort_by"):
+            raise NotImplementedError(f"MemoryTraceServer.calls_query_stream: unsupported {sorted(unknown) or 'sort_by'}")
+        rows = [row for row in self._call_rows(req["project_id"]) if _matches(row, req.get("filter") or {}, req.get("query"))]
+        offset = req.get("offset") or 0
+        limit = req.get("limit")
+        yield from rows[offset: None if limit is None else offset + limit]
+
+    def calls_query_stats(self, req: dict) -> t.CallQueryStatsResponse:
+        return t.CallQueryStatsResponse(count=sum(1 for _ in self.calls_query_stream(
+            {"project_id": req["project_id"], "filter": req.get("filter"), "query": req.get("query")})))
+
+    def _call_rows(self, project_id: str) -> list[CallRow]:
+        with self._lock:
+            starts = sorted((s for s in self.starts.values() if s.get("project_id") == project_id),
+                            key=lambda s: s["started_at"])
+            ends = dict(self.ends)
+        rows = []
+        for start in starts:
+            end = ends.get(start["id"], {})
+            rows.append(CallRow(
+                id=start["id"], project_id=project_id, op_name=str(start["op_name"]), trace_id=start["trace_id"],
+                parent_id=start.get("parent_id"), display_name=start.get("display_name"),
+                started_at=start["started_at"], attributes=start.get("attributes") or {},
+                inputs=start.get("inputs") or {}, ended_at=end.get("ended_at"), exception=end.get("exception"),
+                output=end.get("output"), summary=end.get("summary")))
+        return rows
 
     # --- what the HTTP stand-in records (digests computed by the caller, as the real server computes them) ---
     def record_object(self, project_id: str, object_id: str, digest: str, val: Any) -> None:
@@ -102,33 +157,7 @@ class MemoryTraceServer:
         with self._lock:
             self.files[digest] = content
 
-    def record_feedback(self, items: list[dict]) -> None:
-        with self._lock:
-            self.feedback.extend(items)
-
-    # --- reads the HTTP stand-in answers -------------------------------------------------------------
-    def calls_query(self, req: dict) -> list[dict]:
-        """Calls as the server streams them, for the filter fields tracing code uses (call_ids, trace_ids,
-        parent_ids, op_names, trace_roots_only), then offset/limit. Other filters are not supported."""
-        flt = req.get("filter") or {}
-        unsupported = set(flt) - {"call_ids", "trace_ids", "parent_ids", "op_names", "trace_roots_only"}
-        if unsupported or req.get("query"):
-            raise NotImplementedError(f"the memory trace server does not filter on {sorted(unsupported) or 'query'}")
-        calls = []
-        for call in self.recorded_calls():
-            if ((flt.get("call_ids") and call["id"] not in flt["call_ids"])
-                    or (flt.get("trace_ids") and call["trace_id"] not in flt["trace_ids"])
-                    or (flt.get("parent_ids") and call["parent_id"] not in flt["parent_ids"])
-                    or (flt.get("op_names") and call["op_name"] not in flt["op_names"])
-                    or (flt.get("trace_roots_only") and call["parent_id"] is not None)):
-                continue
-            with self._lock:
-                start, end = self.starts[call["id"]], self.ends.get(call["id"], {})
-            calls.append({**start, **{k: v for k, v in end.items() if v is not None}})
-        offset = req.get("offset") or 0
-        limit = req.get("limit")
-        return calls[offset:offset + limit if limit is not None else None]
-
+    # --- reads the HTTP stand-in answers (besides the call queries above) ----------------------------
     def obj_read(self, req: dict) -> dict:
         key = (req["project_id"], req["object_id"], req["digest"])
         with self._lock:
@@ -184,6 +213,52 @@ class MemoryTraceServer:
             })
         return calls
 
+    def table_rows_by_digest(self) -> dict[str, Any]:
+        """Every stored table row by its row digest: what a dataset row ref (`.../attr/rows/id/<digest>`) names."""
+        with self._lock:
+            return {_digest(row): row for rows in self.tables.values() for row in rows}
+
+
+_FILTER_KEYS = frozenset({"op_names", "call_ids", "parent_ids", "trace_ids", "trace_roots_only"})
+
+
+def _matches(row: CallRow, flt: dict, query: dict | None) -> bool:
+    if flt.get("op_names") and not any(_op_name_matches(row.op_name, name) for name in flt["op_names"]):
+        return False
+    for key, field in (("call_ids", "id"), ("parent_ids", "parent_id"), ("trace_ids", "trace_id")):
+        if flt.get(key) is not None and getattr(row, field) not in flt[key]:
+            return False
+    if flt.get("trace_roots_only") and row.parent_id is not None:
+        return False
+    return query is None or bool(_evaluate(query["$expr"], row))
+
+
+def _op_name_matches(op_name: str, wanted: str) -> bool:
+    """`weave:///e/p/op/Name:*` matches every version of the op; anything else must be equal."""
+    return op_name.startswith(wanted[:-1]) if wanted.endswith(":*") else op_name == wanted
+
+
+def _evaluate(expr: Any, row: CallRow) -> Any:
+    """The part of the trace server's query language the recipe uses: $and $or $not $eq $getField $literal."""
+    (op, arg), = expr.items()
+    if op == "$literal":
+        return arg
+    if op == "$getField":
+        value: Any = row.model_dump()
+        for part in arg.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        return value
+    if op == "$and":
+        return all(_evaluate(e, row) for e in arg)
+    if op == "$or":
+        return any(_evaluate(e, row) for e in arg)
+    if op == "$not":
+        return not _evaluate(arg[0], row)
+    if op == "$eq":
+        left, right = (_evaluate(e, row) for e in arg)
+        return left == right
+    raise NotImplementedError(f"MemoryTraceServer: query operator {op} is not implemented")
+
 
 def install_memory_weave_client(project: str, entity: str = "offline"):
     """A real WeaveClient on a MemoryTraceServer, installed as weave's global client: a later
@@ -193,5 +268,6 @@ def install_memory_weave_client(project: str, entity: str = "offline"):
 
     server = MemoryTraceServer()
     client = WeaveClient(entity, project, server, ensure_project_exists=True)
+    weave_client_context.set_weave_client_global(None)  # weave ignores a new global while another is set
     weave_client_context.set_weave_client_global(client)
     return server, client

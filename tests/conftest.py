@@ -35,3 +35,23 @@ def shared_gsm8k_dir() -> Path:
 def mini_gsm8k_dir() -> Path:
     """Our own small GSM8K-style rows (tests/fixtures/gsm8k_mini)."""
     return MINI_GSM8K
+
+
+@pytest.fixture(scope="session")
+def prepared_data_dir(mini_gsm8k_dir, tmp_path_factory) -> Path:
+    """Parquet from the small fixture, written by the real data prep (calculator tool set)."""
+    from data_prep import gsm8k
+
+    out = tmp_path_factory.mktemp("gsm8k_prepared")
+    assert gsm8k.main(["--input_dir", str(mini_gsm8k_dir), "--local_save_dir", str(out)]) == 0
+    return out
+
+
+@pytest.fixture(scope="session")
+def launcher_overrides(prepared_data_dir) -> list[str]:
+    """The hydra overrides a default launch passes (DRY_RUN of scripts/run_gsm8k_grpo.sh, no knob set)."""
+    from testkit.launcher import launch, printed_overrides
+
+    proc = launch(prepared_data_dir, DRY_RUN="1")
+    assert proc.returncode == 0, proc.stderr
+    return printed_overrides(proc.stdout)

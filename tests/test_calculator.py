@@ -58,8 +58,9 @@ def test_non_string_expression_is_refused():
 
 @pytest.fixture(scope="module")
 def calculator_tool():
-    from recipes.tool_sets import get_tool_set
     from verl.tools.tool_registry import initialize_tools_from_config
+
+    from recipes.tool_sets import get_tool_set
 
     (tool,) = initialize_tools_from_config(str(get_tool_set("calculator").config_path))
     return tool

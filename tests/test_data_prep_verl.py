@@ -1,31 +1,25 @@
 """Our parquet through verl's own RLHFDataset, collate_fn and DataProto, with a real Qwen2.5 tokenizer.
 
-The dataset config is verl's (hydra-composed `ppo_trainer` data section), pointed at our tool YAML, so the
-length filter counts the tool schemas in the system prompt exactly as training will.
+The dataset config is the recipe's (its YAML over verl's ppo_trainer, composed as a launch does), pointed at
+our tool YAML, so the length filter counts the tool schemas in the system prompt exactly as training will.
 """
 
 import json
 from collections import Counter
 
 import pytest
-from hydra import compose, initialize_config_module
 
 from data_prep import gsm8k
 from recipes.constants import AGENT_NAME
 from recipes.tool_sets import get_tool_set
+from testkit.agent_loop_harness import compose_trainer_config
 from testkit.qwen_tokenizer import load_qwen25_tokenizer
 
-MAX_PROMPT_LENGTH = 1024  # the recipe's data.max_prompt_length
 
-
-def verl_data_config(tool_set_name: str, max_prompt_length: int = MAX_PROMPT_LENGTH):
-    overrides = [
-        f"data.max_prompt_length={max_prompt_length}",
-        "data.filter_overlong_prompts=True",
-        f"actor_rollout_ref.rollout.multi_turn.tool_config_path={get_tool_set(tool_set_name).config_path}",
-    ]
-    with initialize_config_module(config_module="verl.trainer.config", version_base=None):
-        return compose(config_name="ppo_trainer", overrides=overrides).data
+def verl_data_config(tool_set_name: str):
+    data = compose_trainer_config(tool_set_name).data
+    assert data.filter_overlong_prompts  # the recipe's setting the checks below rely on
+    return data
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +45,7 @@ def test_real_gsm8k_loads_and_no_prompt_is_filtered(shared_gsm8k_dir, tmp_path, 
     # the tool schemas were loaded from our YAML, so the filter measured the prompt training will see
     assert [s["function"]["name"] for s in dataset.tool_schemas] == list(get_tool_set("both").tools)
     kept = Counter(info["split"] for info in dataset.dataframe["extra_info"])
-    assert kept == {"train": 7473, "test": 1319}, f"prompts over {MAX_PROMPT_LENGTH} tokens were dropped"
+    assert kept == {"train": 7473, "test": 1319}, "prompts over data.max_prompt_length tokens were dropped"
 
 
 @pytest.fixture(scope="module")

@@ -27,17 +27,39 @@ def eval_dry_run(data_dir, **env):
 def test_eval_dry_run_composes_and_validates(mini_gsm8k_dir, tmp_path, tool_set):
     assert gsm8k.main(["--input_dir", str(mini_gsm8k_dir), "--local_save_dir", str(tmp_path),
                        "--tool_set", tool_set]) == 0
-    proc = eval_dry_run(tmp_path, TOOL_SET=tool_set, VAL_N="4", VAL_TEMPERATURE="1.0")
+    publish = {"PUBLISH": "1"} if tool_set == "none" else {}  # calculator: the default, LOGGER=console
+    proc = eval_dry_run(tmp_path, TOOL_SET=tool_set, VAL_N="4", VAL_TEMPERATURE="1.0", **publish)
     assert proc.returncode == 0, proc.stderr
     assert "[preflight] ok" in proc.stderr
     command = shlex.split([line for line in proc.stdout.splitlines() if "verl.trainer.main_ppo" in line][-1])
-    for override in ("trainer.val_only=True", "trainer.val_before_train=True", "actor_rollout_ref.rollout.val_kwargs.n=4",
-                     "actor_rollout_ref.rollout.val_kwargs.do_sample=True", "trainer.use_v1=False",
+    for override in ("trainer.val_only=True", "trainer.val_before_train=True",
+                     "actor_rollout_ref.rollout.val_kwargs.n=4",
+                     "actor_rollout_ref.rollout.val_kwargs.temperature=1.0",
                      "actor_rollout_ref.rollout.trace.backend=null", "trainer.logger=[console]"):
         assert override in command
     tool_config = next(c for c in command if c.startswith("actor_rollout_ref.rollout.multi_turn.tool_config_path="))
     assert tool_config.endswith("calculator.yaml" if tool_set == "calculator" else "=null")
     assert "eval_summary.py --validation_dir" in proc.stdout and "--k 4" in proc.stdout
+    if publish:
+        publish_line = shlex.split([line for line in proc.stdout.splitlines() if "publish_evals.py" in line][-1])
+        assert publish_line[publish_line.index("--tool_set") + 1] == "none" and "--k 1 --k 4" in " ".join(publish_line)
+    else:
+        assert "# not publishing to Weave (LOGGER=console has no wandb; PUBLISH=1 to publish)" in proc.stdout
+
+
+def test_several_greedy_samples_are_refused(prepared_data_dir):
+    """verl's agent loop samples at val_kwargs.temperature whatever do_sample says: n greedy samples are n copies."""
+    proc = eval_dry_run(prepared_data_dir, VAL_N="8")
+    assert proc.returncode == 1 and "would all be identical (greedy); set VAL_TEMPERATURE=1.0" in proc.stderr
+    assert "main_ppo" not in proc.stdout
+
+
+def test_eval_outputs_go_where_the_launcher_puts_them(prepared_data_dir, tmp_path):
+    proc = eval_dry_run(prepared_data_dir, OUTPUT_DIR=str(tmp_path / "ev"), MODEL_PATH="org/My-Model")
+    assert proc.returncode == 0, proc.stderr
+    assert f"trainer.validation_data_dir={tmp_path}/ev/validation" in proc.stdout
+    assert f"eval_summary.py --validation_dir {tmp_path}/ev/validation" in proc.stdout
+    assert "trainer.experiment_name=eval_My-Model_default_tools" in proc.stdout
 
 
 def test_tools_off_eval_refuses_tool_data(mini_gsm8k_dir, tmp_path):
@@ -61,7 +83,8 @@ def test_pass_at_k_is_the_unbiased_estimator(outcomes):
 def test_summary_of_a_handmade_dump(tmp_path):
     call = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "6*7"}}\n</tool_call>'
     lines = [  # two questions x 2 samples; the tool-response number must not count as the model's answer
-        {"input": "Q1", "output": f"{call}\nuser\n<tool_response>\n42\n</tool_response>\nassistant\n#### 42", "gts": "42"},
+        {"input": "Q1", "gts": "42",
+         "output": f"{call}\nuser\n<tool_response>\n42\n</tool_response>\nassistant\n#### 42"},
         {"input": "Q1", "output": "It is 41.", "gts": "42"},
         {"input": "Q2", "output": f"{call}\nuser\n<tool_response>\n7\n</tool_response>\nassistant\nso 7", "gts": "7"},
         {"input": "Q2", "output": "#### 8", "gts": "7"},
@@ -75,4 +98,5 @@ def test_summary_of_a_handmade_dump(tmp_path):
     assert summary["strict_acc"] == 0.25 and summary["flexible_acc"] == 0.5
     assert summary["tool_calls_per_answer"] == 0.5 and summary["tool_call_rate"] == 0.5
     assert summary["pass@1_strict"] == 0.25 and summary["pass@2_strict"] == 0.5 and summary["pass@2_flexible"] == 1.0
-    assert proc.stdout.strip().splitlines()[-1] == "RESULT strict_acc=0.2500 flexible_acc=0.5000 tool_calls_per_answer=0.5000"
+    assert proc.stdout.strip().splitlines()[-1] == (
+        "RESULT strict_acc=0.2500 flexible_acc=0.5000 tool_calls_per_answer=0.5000")

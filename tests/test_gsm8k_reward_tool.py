@@ -38,19 +38,26 @@ def test_feedback_follows_the_rows_ground_truth(checker):
     assert (response.text, reward) == ("Your answer 72 is not correct.", 0.0)
 
 
-@pytest.mark.parametrize("answer", ["72.0", "$72", "72.", " 72 "])
-def test_equal_values_count_as_correct(checker, answer):
-    assert _check(checker, answer, {"ground_truth": "72"})[1] == 1.0
+@pytest.mark.parametrize("answer", ["72.0", "$72", "72.", " 72 ", "#### 72", "####72", 72, 72.0, "The answer is 72."])
+def test_the_forms_a_model_prompted_the_original_way_submits_count(checker, answer):
+    """verl's original tool took a string or a JSON number, with or without `#### `, and scored the last number."""
+    response, reward, _ = _check(checker, answer, {"ground_truth": "72"})
+    assert response.text.startswith("Your answer 72") and response.text.endswith(" is correct.") and reward == 1.0
+
+
+def test_the_last_number_is_the_answer(checker):
+    assert _check(checker, "#### 70, no wait, 72", {"ground_truth": "72"})[1] == 1.0
+    assert _check(checker, "72 or maybe 70", {"ground_truth": "72"})[0].text == "Your answer 70 is not correct."
 
 
 def test_unpacked_create_kwargs_are_accepted(checker):
     assert _check(checker, "-3", {"ground_truth": "-3"}, unpacked=True)[1] == 1.0
 
 
-@pytest.mark.parametrize("answer", ["seventy-two", None, "", "7 2"])
+@pytest.mark.parametrize("answer", ["seventy-two", None, "", "####", True])
 def test_non_numbers_get_a_message(checker, answer):
     response, reward, metrics = _check(checker, answer, {"ground_truth": "72"})
-    assert response.text.startswith("Error: submit a number only") and reward == 0.0
+    assert response.text.startswith("Error: submit your final answer as a number") and reward == 0.0
     assert metrics == {"ok": 0, "error": "bad_arguments"}
 
 

@@ -2,80 +2,75 @@
 
 A launch-mode call here must always fail its preflight (nothing may start): each sets up one problem."""
 
-import os
-import shlex
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-from data_prep import gsm8k
+from recipes.constants import PROFILE_DIR, REPO_ROOT
+from testkit.launcher import launch, override_dict, printed_command, printed_overrides, run_script
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-PROFILES = sorted(p.stem for p in (REPO_ROOT / "config" / "profiles").glob("*.env"))
-
-
-@pytest.fixture(scope="module")
-def data_dir(mini_gsm8k_dir, tmp_path_factory):
-    out = tmp_path_factory.mktemp("gsm8k")
-    assert gsm8k.main(["--input_dir", str(mini_gsm8k_dir), "--local_save_dir", str(out)]) == 0
-    return out
-
-
-def launch(data_dir, *args, **env):
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_API_KEY", "PREFLIGHT_"))}
-    full_env.update({"PYTHON": sys.executable, "DATA_DIR": str(data_dir), **env})
-    return subprocess.run(["bash", str(REPO_ROOT / "scripts" / "run_gsm8k_grpo.sh"), *args], env=full_env,
-                          capture_output=True, text=True, timeout=180)
-
-
-def printed_command(stdout: str) -> list[str]:
-    return shlex.split(stdout.strip().splitlines()[-1])
+PROFILES = sorted(p.stem for p in PROFILE_DIR.glob("*.yaml"))
 
 
 def test_profiles_cover_what_users_need():
-    assert set(PROFILES) == {"8xh100", "4gpu", "1gpu_smoke", "lora", "multinode"}
+    assert {"8xh100", "4gpu", "1gpu_smoke", "lora", "multinode"} <= set(PROFILES)
 
 
 @pytest.mark.parametrize("profile", PROFILES)
-def test_every_profile_dry_runs(data_dir, profile):
-    proc = launch(data_dir, PROFILE=profile, DRY_RUN="1")
+def test_every_profile_dry_runs(prepared_data_dir, profile):
+    env = {"OUTPUT_DIR": "/shared/runs/x"} if profile == "multinode" else {}  # several nodes need shared outputs
+    proc = launch(prepared_data_dir, PROFILE=profile, DRY_RUN="1", **env)
     assert proc.returncode == 0, proc.stderr
     assert "[preflight] ok" in proc.stderr
     command = printed_command(proc.stdout)
     assert command[1:3] == ["-m", "verl.trainer.main_ppo"]
-    assert "--config-name=gsm8k_multiturn_grpo" in command
+    assert "--config-name=gsm8k_multiturn_grpo" in command and f"profile={profile}" in command
     # every override names a key of verl 0.9.1's schema: none needs hydra's `+` to be accepted
     assert not [arg for arg in command if arg.startswith("+")]
-    assert "trainer.use_v1=False" in command
-    assert "actor_rollout_ref.model.lora_rank=" + ("64" if profile == "lora" else "0") in command
-    if profile == "1gpu_smoke":  # the smoke test runs without W&B
-        assert "actor_rollout_ref.rollout.trace.backend=null" in command and "trainer.total_training_steps=2" in command
-    else:
-        assert "actor_rollout_ref.rollout.trace.backend=weave" in command
-    # the composed config is printed too, as YAML
-    assert "adv_estimator: grpo" in proc.stdout
+    assert "adv_estimator: grpo" in proc.stdout  # the composed config is printed too, as YAML
 
 
-def test_default_launch_is_the_recipe(data_dir):
-    proc = launch(data_dir, DRY_RUN="1")
-    command = printed_command(proc.stdout)
-    for expected in ("actor_rollout_ref.rollout.n=16", "data.train_batch_size=256",
-                     f"actor_rollout_ref.rollout.multi_turn.tool_config_path={REPO_ROOT}/config/tool_config/calculator.yaml",
-                     f"reward.custom_reward_function.path={REPO_ROOT}/recipes/reward.py",
-                     "trainer.n_gpus_per_node=8", "actor_rollout_ref.rollout.tensor_model_parallel_size=2"):
-        assert expected in command
-    assert "max_samples_per_step_per_worker: 2" in proc.stdout and "token2text: true" in proc.stdout
+def test_default_launch_is_the_recipe(prepared_data_dir):
+    proc = launch(prepared_data_dir, DRY_RUN="1")
+    assert proc.returncode == 0, proc.stderr
+    overrides = override_dict(printed_overrides(proc.stdout))
+    assert overrides["actor_rollout_ref.rollout.multi_turn.tool_config_path"] == \
+        f"{REPO_ROOT}/config/tool_config/calculator.yaml"
+    assert overrides["reward.custom_reward_function.path"] == f"{REPO_ROOT}/recipes/reward.py"
+    assert overrides["trainer.default_local_dir"] == f"{REPO_ROOT}/outputs/gsm8k_calculator_8xh100/checkpoints"
+    # the recipe's values come from its YAML, not from the launcher
+    assert "actor_rollout_ref.rollout.n" not in overrides and "data.train_batch_size" not in overrides
+    for line in ("'n': 16", "train_batch_size: 256", "tensor_model_parallel_size: 1", "max_num_seqs: 512",
+                 "max_actor_ckpt_to_keep: 2", "max_samples_per_step_per_worker: 2", "token2text: true"):
+        assert line in proc.stdout
 
 
-def test_user_overrides_pass_through_and_stale_keys_warn(data_dir):
-    proc = launch(data_dir, "+trainer.rollout_trace.backend=weave", "trainer.total_epochs=1", DRY_RUN="1")
+def test_user_overrides_pass_through_and_stale_keys_warn(prepared_data_dir):
+    proc = launch(prepared_data_dir, "+trainer.rollout_trace.backend=weave", "trainer.total_epochs=1", DRY_RUN="1")
     assert proc.returncode == 0, proc.stderr
     assert "WARNING: '+trainer.rollout_trace.backend=weave'" in proc.stderr
     assert "use actor_rollout_ref.rollout.trace.*" in proc.stderr
-    command = printed_command(proc.stdout)
-    assert command[-2:] == ["+trainer.rollout_trace.backend=weave", "trainer.total_epochs=1"]
+    assert printed_command(proc.stdout)[-2:] == ["+trainer.rollout_trace.backend=weave", "trainer.total_epochs=1"]
+
+
+def test_publishing_evaluations_while_training_runs_a_watcher_beside_main_ppo(prepared_data_dir):
+    proc = launch(prepared_data_dir, DRY_RUN="1", PUBLISH_EVALS="1", OUTPUT_DIR="/runs/a")
+    assert proc.returncode == 0, proc.stderr
+    watcher = next(line for line in proc.stdout.splitlines() if line.startswith("# and beside it:"))
+    assert "publish_evals.py --validation_dir /runs/a/validation" in watcher
+    assert "--watch --stop_when_pid_exits" in watcher
+    assert "# and beside it" not in launch(prepared_data_dir, DRY_RUN="1").stdout  # off by default
+
+
+def test_knobs_of_earlier_versions_still_work_and_say_what_replaced_them(prepared_data_dir):
+    proc = launch(prepared_data_dir, DRY_RUN="1", TP="2", MICRO_BATCH_PER_GPU="16", TOOL_CALL_BONUS="0.1")
+    assert proc.returncode == 0, proc.stderr
+    overrides = override_dict(printed_overrides(proc.stdout))
+    assert overrides["actor_rollout_ref.rollout.tensor_model_parallel_size"] == "2"
+    assert overrides["reward.custom_reward_function.reward_kwargs.tool_call_bonus"] == "0.1"
+    assert {overrides[k] for k in overrides if k.endswith("micro_batch_size_per_gpu")} == {"16"}
+    notes = [line for line in proc.stderr.splitlines() if line.startswith("[launch] ")]
+    assert len(notes) == 3 and "TP=2 is now the hydra override actor_rollout_ref.rollout." in notes[0]
+    # the arithmetic behind TP=1 is checked: half the engines leave half the trajectories waiting
+    assert "only 2048 of the 4096 trajectories of a step can run at once" in proc.stderr
 
 
 @pytest.mark.parametrize(
@@ -86,13 +81,18 @@ def test_user_overrides_pass_through_and_stale_keys_warn(data_dir):
         (("trainer.use_v1=True",), {}, "V1 trainer never traces agent loops"),
         (("actor_rollout_ref.rollout.trace.max_samples_per_step_per_worker=0",), {}, "records nothing"),
         (("trainer.no_such_key=1",), {}, "the config does not compose"),
-        (("actor_rollout_ref.actor.ppo_mini_batch_size=300",), {}, "verl rejects the config: ValueError: train_batch_size"),
+        (("actor_rollout_ref.actor.ppo_mini_batch_size=300",), {},
+         "verl rejects the config: ValueError: train_batch_size"),
+        (("actor_rollout_ref.model.lora_rank=8",), {},
+         "LoRA with SGLang 0.5.12 needs actor_rollout_ref.model.lora.merge=True"),
+        ((), {"PROFILE": "multinode"}, "is inside the repo or Ray's temp dir"),
+        (("actor_rollout_ref.rollout.multi_turn.format=hermes_feedback",), {}, "is not a registered tool parser"),
         ((), {"PROFILE": "16xh100"}, "unknown PROFILE=16xh100"),
         ((), {"TRACE": "maybe"}, "TRACE must be on or off"),
     ],
 )
-def test_dry_run_refuses_what_would_fail(data_dir, args, env, message):
-    proc = launch(data_dir, *args, DRY_RUN="1", **env)
+def test_dry_run_refuses_what_would_fail(prepared_data_dir, args, env, message):
+    proc = launch(prepared_data_dir, *args, DRY_RUN="1", **env)
     assert proc.returncode != 0
     assert message in proc.stderr, proc.stderr
     assert "would run" not in proc.stdout
@@ -105,16 +105,24 @@ def test_dry_run_refuses_what_would_fail(data_dir, args, env, message):
         ({"PREFLIGHT_VISIBLE_GPUS": "8", "HOME": "/nonexistent"}, "need W&B credentials: export WANDB_API_KEY"),
     ],
 )
-def test_a_real_launch_stops_before_any_gpu_work(data_dir, env, message):
-    proc = launch(data_dir, **env)
+def test_a_real_launch_stops_before_any_gpu_work(prepared_data_dir, env, message):
+    proc = launch(prepared_data_dir, **env)
     assert proc.returncode == 1
     assert message in proc.stderr and "nothing was started" in proc.stderr
     assert "ray init" not in proc.stdout + proc.stderr  # main_ppo never ran
 
 
-def test_multinode_submission_needs_a_cluster_address(data_dir):
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env.update({"PYTHON": sys.executable, "DATA_DIR": str(data_dir)})
-    proc = subprocess.run(["bash", str(REPO_ROOT / "scripts" / "submit_multinode.sh")], env=env,
-                          capture_output=True, text=True, timeout=60)
+def test_multinode_submission_needs_a_cluster_address(prepared_data_dir):
+    proc = run_script("submit_multinode.sh", prepared_data_dir, timeout=60)
     assert proc.returncode != 0 and "set RAY_ADDRESS to the Ray dashboard address" in proc.stderr
+
+
+def test_multinode_submission_resolves_the_same_knobs_with_repo_relative_paths(prepared_data_dir):
+    env = {"OUTPUT_DIR": "/shared/runs/x", "DRY_RUN": "1"}
+    submitted = run_script("submit_multinode.sh", prepared_data_dir, "trainer.total_epochs=1",
+                           RAY_ADDRESS="http://127.0.0.1:1", **env)
+    local = launch(prepared_data_dir, "trainer.total_epochs=1", PROFILE="multinode", **env)
+    assert submitted.returncode == 0 and local.returncode == 0, submitted.stderr + local.stderr
+    assert "submitted as a Ray job" in submitted.stdout
+    relative = [o.replace(f"={REPO_ROOT}/", "=./") for o in printed_overrides(local.stdout)]
+    assert printed_overrides(submitted.stdout) == relative

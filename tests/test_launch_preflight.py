@@ -39,8 +39,10 @@ def test_reward_kwargs_reach_the_reward_function_as_verl_loads_it(repo_root):
     assert result["score"] == pytest.approx(1.1) and result["tool_bonus"] == 0.1
 
 
-def test_trace_settings_in_the_recipe_config():
-    config = compose_config([])
+def test_a_default_launch_traces_on_the_trainer_that_records(launcher_overrides):
+    """The config main_ppo gets from a default launch (the launcher's own overrides over the recipe), not the
+    YAML alone: tracing to Weave, decoded text, and verl's legacy trainer (V1 never traces agent loops)."""
+    config = compose_config(launcher_overrides)
     trace = config.actor_rollout_ref.rollout.trace
     assert (trace.backend, trace.token2text, config.trainer.use_v1) == ("weave", True, False)
-    assert trace.project_name == config.trainer.project_name
+    assert (trace.project_name, trace.experiment_name) == (config.trainer.project_name, "gsm8k_calculator_8xh100")

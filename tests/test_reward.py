@@ -2,8 +2,11 @@
 
 import pytest
 
-from recipes.constants import DATA_SOURCE
-from recipes.reward import compute_score, count_tool_calls, model_written_text
+from data_prep.gsm8k_rows import SourceRecord, build_row
+from recipes.constants import CALC_GSM8K_REWARD, DATA_SOURCE
+from recipes.reward import compute_score
+from recipes.tool_sets import get_tool_set
+from recipes.trajectory import count_tool_calls, model_written_text
 
 CALL = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "48+24"}}\n</tool_call>'
 
@@ -69,6 +72,19 @@ def test_tool_call_bonus_is_off_by_default_and_paid_once():
 def test_only_well_formed_calls_count(body, expected):
     assert count_tool_calls(f"<tool_call>\n{body}\n</tool_call>") == expected
     assert score(f"<tool_call>{body}</tool_call>", tool_call_bonus=0.1)["tool_bonus"] == (0.1 if expected[0] else 0.0)
+
+
+@pytest.mark.parametrize("tool_set, called, paid", [
+    ("calculator", "calculator", True),
+    ("calculator", CALC_GSM8K_REWARD, False),  # a real tool, but not one this row offered
+    ("both", CALC_GSM8K_REWARD, True),
+    ("none", "calculator", False),  # a tool-free row offers nothing to call
+])
+def test_the_bonus_counts_only_tools_the_row_offered(tool_set, called, paid):
+    row = build_row(SourceRecord("What is 70+2?", "#### 72", "t", 0), "train", get_tool_set(tool_set))
+    call = f'<tool_call>{{"name": "{called}", "arguments": {{"expression": "70+2"}}}}</tool_call>'
+    result = compute_score(DATA_SOURCE, f"{call}\n#### 72", "72", extra_info=row["extra_info"], tool_call_bonus=0.1)
+    assert (result["tool_bonus"], result["num_tool_calls"]) == ((0.1, 1) if paid else (0.0, 0))
 
 
 def test_every_sample_reports_the_same_keys_and_types():

@@ -43,7 +43,8 @@ def dump_dir(tmp_path_factory):
         llm = ScriptedLLM(tok, script_for_step(step))
 
         async def rollouts(llm=llm):
-            return await asyncio.gather(*(harness.run_rollout(config, tok, llm, tools, r) for r in rows for _ in range(2)))
+            runs = (harness.run_rollout(config, tok, llm, tools, r) for r in rows for _ in range(2))
+            return await asyncio.gather(*runs)
 
         outputs = asyncio.run(rollouts())
         gts = [r["reward_model"]["ground_truth"] for r in rows for _ in range(2)]

@@ -26,7 +26,8 @@ def test_ids_match_the_reference_tiktoken_encoder(tok, mini_gsm8k_dir):
 
 
 def test_added_tokens_sit_at_qwen25_ids(tok):
-    assert tok.convert_tokens_to_ids(["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>"]) == [
+    special = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>"]
+    assert tok.convert_tokens_to_ids(special) == [
         FIRST_ADDED_ID, FIRST_ADDED_ID + 1, FIRST_ADDED_ID + 2, FIRST_ADDED_ID + 14, FIRST_ADDED_ID + 15]
     assert (tok.eos_token, tok.pad_token, tok.bos_token) == ("<|im_end|>", "<|endoftext|>", None)
     # <tool_call> is a plain added token: it survives skip_special_tokens, <|im_end|> does not

@@ -89,7 +89,8 @@ def test_calculator_turn_then_answer(tok, config, tools):
     rendered = tok.apply_chat_template(messages, tools=schemas, tokenize=False)
     assert tok.decode(output.prompt_ids + output.response_ids) + "\n" == rendered
     # the second generate call saw exactly the tokens of the first turn plus the tool turn
-    assert server.calls[1]["prompt_ids"] == output.prompt_ids + output.response_ids[: len(server.calls[1]["prompt_ids"]) - len(output.prompt_ids)]
+    seen = server.calls[1]["prompt_ids"]
+    assert seen == output.prompt_ids + output.response_ids[: len(seen) - len(output.prompt_ids)]
     assert reward(tok, output)["score"] == 1.0
     assert output.extra_fields["tool_rewards"] == [0.0]
 
@@ -118,7 +119,8 @@ HOSTILE = {
 def test_bad_calls_become_messages_and_the_loop_ends_normally(tok, config, roomy_config, tools, case):
     call, message = HOSTILE[case]
     start = time.perf_counter()
-    output, server = rollout(tok, roomy_config if case == "10k characters" else config, tools, [call, "Sorry.\n#### 72"])
+    budget = roomy_config if case == "10k characters" else config
+    output, server = rollout(tok, budget, tools, [call, "Sorry.\n#### 72"])
     assert time.perf_counter() - start < 5
     runs = segments(tok, output)
     assert runs[-1][1].endswith("#### 72<|im_end|>") and runs[-1][0] == 1  # the model got its next turn
@@ -130,24 +132,43 @@ def test_bad_calls_become_messages_and_the_loop_ends_normally(tok, config, roomy
 MALFORMED = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "1+1"\n</tool_call>'
 
 
-def test_verl_alone_ends_the_trajectory_on_malformed_call_json(tok, config, tools):
-    """verl's hermes parser drops a tool call whose JSON does not parse; the turn then counts as final."""
-    output, server = rollout(tok, config, tools, [MALFORMED, "#### 72"])
+def test_verl_hermes_alone_ends_the_trajectory_on_malformed_call_json(tok, tools):
+    """verl's own hermes parser drops a tool call whose JSON does not parse; the turn then counts as final."""
+    hermes = harness.compose_trainer_config("both", ("actor_rollout_ref.rollout.multi_turn.format=hermes",))
+    output, server = rollout(tok, hermes, tools, [MALFORMED, "#### 72"])
     assert segments(tok, output) == [(1, MALFORMED + "<|im_end|>")] and len(server.calls) == 1
     result = reward(tok, output, tool_call_bonus=0.1)
     assert result["score"] == 0.0 and result["num_bad_tool_calls"] == 1  # no answer, and no bonus for it
 
 
-def test_the_recipe_loop_tells_the_model_its_call_did_not_parse(tok, config, tools):
-    from recipes.traced_agent_loop import UNPARSED_CALL_MESSAGE, TracedToolAgentLoop
-
-    server = ScriptedLLM(tok, lambda prompt: [MALFORMED, tool_call(CALCULATOR, expression="1+1"), "#### 72"])
-    output = asyncio.run(harness.run_rollout(config, tok, server, tools, make_row(), TracedToolAgentLoop))
+def test_the_recipe_parser_gets_a_malformed_call_answered_by_verl(tok, config, tools):
+    """multi_turn.format=hermes_with_feedback (the recipe's): verl's loop answers the call it could not read with
+    its own "Invalid JSON" message, and the model gets its next turn."""
+    assert config.actor_rollout_ref.rollout.multi_turn.format == "hermes_with_feedback"
+    output, server = rollout(tok, config, tools, [MALFORMED, tool_call(CALCULATOR, expression="1+1"), "#### 72"])
     runs = segments(tok, output)
     assert [mask for mask, _ in runs] == [1, 0, 1, 0, 1]
-    assert f"<tool_response>\n{UNPARSED_CALL_MESSAGE}\n</tool_response>" in runs[1][1]
+    assert "<tool_response>\nInvalid JSON in arguments for 'calculator': " in runs[1][1]
     assert "<tool_response>\n2\n</tool_response>" in runs[3][1] and runs[4][1] == "#### 72<|im_end|>"
     assert reward(tok, output)["score"] == 1.0 and len(server.calls) == 3
+
+
+@pytest.mark.parametrize("body, verl_says", [
+    ('{"name": "calculator", "arguments": {"expression": "1+1"', "Invalid JSON in arguments for 'calculator'"),
+    ('{"name": "calculator", "expression": "1+1"}', "Invalid JSON in arguments for 'calculator'"),
+    ("calculator(1+1)",
+     "Unknown function 'unreadable_tool_call'. Available tools: ['calculator', 'calc_gsm8k_reward']"),
+])
+def test_every_unreadable_call_gets_an_answer(tok, config, tools, body, verl_says):
+    output, _ = rollout(tok, config, tools, [f"<tool_call>\n{body}\n</tool_call>", "#### 72"])
+    runs = segments(tok, output)
+    assert [mask for mask, _ in runs] == [1, 0, 1] and verl_says in runs[1][1], runs
+
+
+def test_an_unclosed_call_is_answered_too(tok, config, tools):
+    output, _ = rollout(tok, config, tools, ['<tool_call>\n{"name": "calculator", "arguments": {"expression": "2*3"}}',
+                                             "#### 72"])
+    assert "<tool_response>\n6\n</tool_response>" in segments(tok, output)[1][1]
 
 
 def test_the_recipe_loop_still_respects_the_turn_limit(tok, tools):
@@ -159,16 +180,30 @@ def test_the_recipe_loop_still_respects_the_turn_limit(tok, tools):
     assert len(server.calls) == 2 and output.response_mask[-1] == 1
 
 
-def test_the_worker_survives_many_hostile_rollouts_at_once(tok, config, tools):
-    bad_calls = [call for call, _ in HOSTILE.values()]
-    server = ScriptedLLM(tok, lambda prompt: [bad_calls[len(prompt) % len(bad_calls)], "#### 1"])
+def test_the_worker_survives_many_hostile_rollouts_at_once(tok, roomy_config, tools):
+    """16 concurrent rollouts, each with one hostile call: every one ends with the model's next turn, and every
+    tool turn is OUR message. verl catches a tool's exception itself ("Error executing tool ...") and carries on,
+    so surviving alone would prove nothing about the tools: the messages are what show they never raised."""
+    cases = sorted(HOSTILE)
+
+    def script(prompt):  # row i (its question ends "Variant i.") plays hostile case i
+        case = cases[int(prompt.split("Variant ")[1].split(".")[0]) % len(cases)]
+        return [HOSTILE[case][0], "#### 1"]
+
+    server = ScriptedLLM(tok, script)
 
     async def go():
-        rows = [make_row("1", f"{QUESTION} Variant {'x' * i}", i) for i in range(16)]
-        return await asyncio.gather(*(harness.run_rollout(config, tok, server, tools, r) for r in rows))
+        rows = [make_row("1", f"{QUESTION} Variant {i}.", i) for i in range(16)]
+        return await asyncio.gather(*(harness.run_rollout(roomy_config, tok, server, tools, r) for r in rows))
 
-    outputs = asyncio.run(go())
-    assert len(outputs) == 16 and all(o.response_mask[-1] == 1 for o in outputs)
+    for i, output in enumerate(asyncio.run(go())):
+        runs = segments(tok, output)
+        assert output.response_mask[-1] == 1 and runs[-1][1] == "#### 1<|im_end|>"
+        tool_turns = [text for mask, text in runs if mask == 0]
+        assert len(tool_turns) == 1 and "Error executing tool" not in tool_turns[0], tool_turns
+        expected = HOSTILE[cases[i % len(cases)]][1]
+        if expected:
+            assert expected in tool_turns[0], (cases[i % len(cases)], tool_turns[0])
 
 
 def test_a_number_only_in_the_tool_response_earns_nothing(tok, config, tools):

@@ -95,8 +95,8 @@ def test_netrc_entry_for_a_self_hosted_wandb_is_a_key(repo_root, tmp_path):
 def test_one_credential_check_for_tracing_and_preflight(tmp_path, monkeypatch):
     from omegaconf import OmegaConf
 
+    from recipes.credentials import has_wandb_credentials
     from recipes.preflight.checks import Report, check_wandb
-    from recipes.tracing import has_wandb_credentials
 
     for name in ("WANDB_API_KEY", "WANDB_IDENTITY_TOKEN_FILE", "NETRC"):
         monkeypatch.delenv(name, raising=False)

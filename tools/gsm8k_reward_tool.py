@@ -13,14 +13,14 @@ reaches the reward function only as extra_info["tool_rewards"]; verl never calls
 from __future__ import annotations
 
 import logging
-from typing import Any, Optional
+from typing import Any
 from uuid import uuid4
 
 from verl.tools.base_tool import BaseTool
 from verl.tools.schemas import ToolResponse
 from verl.utils.rollout_trace import rollout_trace_op
 
-from recipes.answers import answers_match, to_decimal
+from recipes.answers import answers_match, extract_answer
 
 logger = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ class Gsm8kRewardTool(BaseTool):
         super().__init__(config, tool_schema)
         self._ground_truths: dict[str, str | None] = {}
 
-    async def create(self, instance_id: Optional[str] = None, **kwargs) -> tuple[str, ToolResponse]:
+    async def create(self, instance_id: str | None = None, **kwargs) -> tuple[str, ToolResponse]:
         instance_id = instance_id or uuid4().hex
         create_kwargs = kwargs.get("create_kwargs", kwargs)  # verl passes one `create_kwargs` keyword
         ground_truth = create_kwargs.get("ground_truth") if isinstance(create_kwargs, dict) else None
@@ -53,12 +53,16 @@ class Gsm8kRewardTool(BaseTool):
             return ToolResponse(text="Error: this problem has no reference answer to check against."), 0.0, {
                 "ok": 0, "error": "no_ground_truth"}
         answer = parameters.get("answer") if isinstance(parameters, dict) else None
-        if to_decimal(answer) is None:
-            return ToolResponse(text=f"Error: submit a number only, e.g. {{\"answer\": \"72\"}} (got {answer!r:.40})."), 0.0, {
-                "ok": 0, "error": "bad_arguments"}
-        correct = answers_match(str(answer), ground_truth)
+        # As verl's original tool: "72", "#### 72", a JSON number, "$1,080" or "The answer is 72." all count; the
+        # last number is the answer ("flexible"), compared by value.
+        number = None if answer is None or isinstance(answer, bool) else extract_answer(str(answer), "flexible")
+        if number is None:
+            return ToolResponse(text=f"Error: submit your final answer as a number, e.g. {{\"answer\": \"72\"}} "
+                                     f"(got {answer!r:.40})."), 0.0, {"ok": 0, "error": "bad_arguments"}
+        correct = answers_match(number, ground_truth)
         verdict = "correct" if correct else "not correct"
-        return ToolResponse(text=f"Your answer {answer} is {verdict}."), float(correct), {"ok": 1, "correct": int(correct)}
+        metrics = {"ok": 1, "correct": int(correct)}
+        return ToolResponse(text=f"Your answer {number} is {verdict}."), float(correct), metrics
 
     async def release(self, instance_id: str, **kwargs) -> None:
         self._ground_truths.pop(instance_id, None)

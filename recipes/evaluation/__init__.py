@@ -1,1 +1,1 @@
-"""Evaluation helpers: scoring validation dumps, checkpoint export."""
+"""Evaluation helpers: scoring validation dumps, publishing them to Weave, checkpoint export."""

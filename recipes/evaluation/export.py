@@ -17,7 +17,8 @@ def find_actor_dir(checkpoint_root: Path, step: int | None) -> Path:
         raise ExportError(f"checkpoint folder {checkpoint_root} does not exist (trainer.default_local_dir of the run)")
     if step is None:
         marker = checkpoint_root / "latest_checkpointed_iteration.txt"
-        steps = sorted(int(p.name.split("_")[-1]) for p in checkpoint_root.glob("global_step_*") if p.name.split("_")[-1].isdigit())
+        steps = sorted(int(p.name.split("_")[-1]) for p in checkpoint_root.glob("global_step_*")
+                       if p.name.split("_")[-1].isdigit())
         if marker.is_file() and marker.read_text().strip().isdigit():
             step = int(marker.read_text().strip())
         elif steps:
@@ -30,9 +31,10 @@ def find_actor_dir(checkpoint_root: Path, step: int | None) -> Path:
         raise ExportError(f"{actor} does not exist; available: "
                           f"{sorted(p.name for p in checkpoint_root.glob('global_step_*')) or 'none'}")
     missing = [name for name in ("fsdp_config.json", "huggingface") if not (actor / name).exists()]
-    if missing or not list(actor.glob("model_world_size_*_rank_0.pt")):
-        raise ExportError(f"{actor} is not a complete FSDP actor checkpoint (missing "
-                          f"{missing + ([] if list(actor.glob('model_world_size_*_rank_0.pt')) else ['model_world_size_*_rank_0.pt'])})")
+    if not list(actor.glob("model_world_size_*_rank_0.pt")):
+        missing.append("model_world_size_*_rank_0.pt")
+    if missing:
+        raise ExportError(f"{actor} is not a complete FSDP actor checkpoint (missing {missing})")
     return actor
 
 

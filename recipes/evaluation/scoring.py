@@ -17,14 +17,16 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 if n - c < k else 1.0 - comb(n - c, k) / comb(n, k)
 
 
+def score_record(record: dict) -> dict:
+    """One dump line (output, gts) scored by the training reward: acc_strict, acc_flexible, format_ok, tool calls..."""
+    return compute_score(DATA_SOURCE, str(record["output"]), str(record["gts"]))
+
+
 def summarize(records: list[dict], ks: tuple[int, ...] = (1,)) -> dict:
     """records: dump lines of one step (input, output, gts). Prompts are identified by their input text."""
     if not records:
         raise ValueError("no records to score")
-    scored = []
-    for r in records:
-        result = compute_score(DATA_SOURCE, str(r["output"]), str(r["gts"]))
-        scored.append({"prompt": r["input"], **result})
+    scored = [{"prompt": r["input"], **score_record(r)} for r in records]
     groups: dict[str, list[dict]] = defaultdict(list)
     for s in scored:
         groups[s["prompt"]].append(s)

@@ -10,23 +10,14 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from recipes.constants import AGENT_NAME
-from recipes.preflight.compose import REPO_ROOT
-from recipes.tracing import has_wandb_credentials
+from recipes.constants import AGENT_NAME, REPO_ROOT
+from recipes.credentials import has_wandb_credentials, wandb_host
+from recipes.preflight.report import Report
+from recipes.preflight.rollout_checks import check_lora_with_sglang, check_rollout_concurrency
+from recipes.preflight.storage import check_checkpoint_space, check_shared_outputs
+from recipes.preflight.versions import check_gpu_env
 
 REQUIRED_COLUMNS = ("data_source", "prompt", "reward_model", "extra_info", "agent_name")
-
-
-class Report:
-    def __init__(self) -> None:
-        self.errors: list[str] = []
-        self.warnings: list[str] = []
-
-    def error(self, message: str) -> None:
-        self.errors.append(message)
-
-    def warn(self, message: str) -> None:
-        self.warnings.append(message)
 
 
 def _tool_names_in_yaml(path: str, report: Report) -> list[str] | None:
@@ -39,9 +30,11 @@ def _tool_names_in_yaml(path: str, report: Report) -> list[str] | None:
         return None
 
 
-def check_data(config: DictConfig, tool_names: list[str] | None, report: Report) -> None:
+def check_data(config: DictConfig, tool_names: list[str] | None, report: Report) -> int | None:
+    """Returns the number of training rows (for sizing the run), None if unknown."""
     import pyarrow.parquet as pq
 
+    train_rows = None
     for key in ("train_files", "val_files"):
         files = OmegaConf.select(config, f"data.{key}")
         for file in [files] if isinstance(files, str) else list(files or []):
@@ -55,6 +48,8 @@ def check_data(config: DictConfig, tool_names: list[str] | None, report: Report)
             if missing:
                 report.error(f"{path}: missing columns {missing}; re-run python data_prep/gsm8k.py")
                 continue
+            if key == "train_files":
+                train_rows = (train_rows or 0) + pq.read_metadata(path).num_rows
             row = pq.read_table(path, columns=["agent_name", "extra_info"]).slice(0, 1).to_pylist()[0]
             if row["agent_name"] != AGENT_NAME:
                 report.error(f"{path}: rows ask for agent_name {row['agent_name']!r}, the recipe declares {AGENT_NAME!r}")
@@ -64,6 +59,7 @@ def check_data(config: DictConfig, tool_names: list[str] | None, report: Report)
                 report.error(f"{path}: rows were prepared for tool set {data_set!r} (tools {data_tools}) but the tool "
                              f"config offers {sorted(tool_names)}; re-run `python data_prep/gsm8k.py --tool_set "
                              f"<set>` or set TOOL_SET={data_set}")
+    return train_rows
 
 
 def check_reward(config: DictConfig, report: Report) -> None:
@@ -103,6 +99,17 @@ def check_agent_loops(config: DictConfig, report: Report) -> None:
             getattr(module, cls)
         except Exception as err:
             report.error(f"{path}: {entry.name} -> {entry._target_} does not import ({type(err).__name__}: {err})")
+    _check_tool_parser(config, report)
+
+
+def _check_tool_parser(config: DictConfig, report: Report) -> None:
+    """The tool-call format must be registered once the agent loops are imported, as it will be in the workers."""
+    from verl.experimental.agent_loop.tool_parser import ToolParser
+
+    fmt = OmegaConf.select(config, "actor_rollout_ref.rollout.multi_turn.format")
+    if fmt not in ToolParser._registry:
+        report.error(f"actor_rollout_ref.rollout.multi_turn.format={fmt} is not a registered tool parser "
+                     f"(known: {sorted(ToolParser._registry)}); the recipe's agent loop registers hermes_with_feedback")
 
 
 def check_modules_are_ours(report: Report) -> None:
@@ -156,20 +163,27 @@ def check_wandb(config: DictConfig, report: Report) -> None:
                         OmegaConf.select(config, "actor_rollout_ref.rollout.trace.backend") == "weave" and "weave trace")
             if x]
     if uses and not has_wandb_credentials():
-        report.error(f"{' and '.join(uses)} need W&B credentials: export WANDB_API_KEY=... (or `wandb login`), "
-                     "or turn them off with LOGGER=console TRACE=off")
+        report.error(f"{' and '.join(uses)} need W&B credentials: export WANDB_API_KEY=... (or `wandb login` for "
+                     f"{wandb_host()}), or turn them off with LOGGER=console TRACE=off")
 
 
-def run_all(config: DictConfig, launch: bool) -> Report:
+def run_all(config: DictConfig, launch: bool = False, submit: bool = False) -> Report:
+    """launch: about to start on this node (GPUs, credentials, disk); submit: about to go to a Ray cluster."""
     report = Report()
     tool_path = OmegaConf.select(config, "actor_rollout_ref.rollout.multi_turn.tool_config_path")
     tool_names = _tool_names_in_yaml(tool_path, report) if tool_path else []  # no tools: data must offer none
-    check_data(config, tool_names, report)
+    train_rows = check_data(config, tool_names, report)
     check_reward(config, report)
     check_agent_loops(config, report)
     check_modules_are_ours(report)
     check_tracing(config, report)
+    check_lora_with_sglang(config, report)
+    check_rollout_concurrency(config, report)
+    check_shared_outputs(config, report)
     if launch:
         check_gpus(config, report)
+        check_gpu_env(config, report)  # driver, locked versions, attention implementation
+    if launch or submit:
         check_wandb(config, report)
+        check_checkpoint_space(config, report, train_rows)
     return report

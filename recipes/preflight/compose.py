@@ -7,9 +7,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-CONFIG_DIR = REPO_ROOT / "config"
-CONFIG_NAME = "gsm8k_multiturn_grpo"
+from recipes.constants import CONFIG_DIR, CONFIG_NAME
 
 
 def compose_config(overrides: list[str], config_dir: Path = CONFIG_DIR, config_name: str = CONFIG_NAME) -> DictConfig:

@@ -4,27 +4,40 @@ gts, score, step and the reward function's extra keys (acc, num_tool_calls, form
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
-_TOOL_CALL = re.compile(r"<tool_call>")
+from recipes.trajectory import count_tool_call_tags
 
 
 def load_dump_dir(folder: str | Path) -> list[dict]:
     folder = Path(folder)
     files = sorted(folder.glob("*.jsonl"), key=lambda p: int(p.stem) if p.stem.isdigit() else -1)
     if not files:
-        raise FileNotFoundError(f"no <step>.jsonl dumps in {folder} (set trainer.rollout_data_dir / validation_data_dir)")
+        raise FileNotFoundError(f"no <step>.jsonl dumps in {folder} "
+                                "(set trainer.rollout_data_dir / validation_data_dir)")
     records = []
     for path in files:
-        for line_no, line in enumerate(path.open(encoding="utf-8"), start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{line_no}: not JSON ({err.msg})") from None
-            records.append(normalise(record, path))
+        records.extend(parse_dump(path, path.read_text(encoding="utf-8")))
+    return records
+
+
+def parse_dump(path: Path, text: str, required: tuple[str, ...] = ()) -> list[dict]:
+    """The normalised lines of one dump file's text; ValueError naming `path:line` for a bad line."""
+    records = []
+    # split on "\n" only: verl writes ensure_ascii=False, so a line may hold U+2028 that splitlines() would cut
+    for line_no, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}:{line_no}: not JSON ({err.msg})") from None
+        if not isinstance(record, dict):
+            raise ValueError(f"{path}:{line_no}: not a JSON object")
+        missing = [key for key in required if key not in record]
+        if missing:
+            raise ValueError(f"{path}:{line_no}: missing {', '.join(missing)} (not a verl generation dump line?)")
+        records.append(normalise(record, path))
     return records
 
 
@@ -35,6 +48,6 @@ def normalise(record: dict, path: Path) -> dict:
     out["score"] = float(record.get("score", 0.0))
     out["acc"] = float(record["acc"]) if "acc" in record else float(out["score"] >= 1.0)
     text = str(record.get("output", ""))
-    out["num_tool_calls"] = int(record["num_tool_calls"]) if "num_tool_calls" in record else len(_TOOL_CALL.findall(text))
+    out["num_tool_calls"] = int(record["num_tool_calls"]) if "num_tool_calls" in record else count_tool_call_tags(text)
     out["response_chars"] = len(text)
     return out

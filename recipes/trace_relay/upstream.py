@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from recipes.credentials import wandb_api_key
 from recipes.trace_relay import protocol
 from recipes.trace_relay.spool import Record, Spool
-from recipes.tracing import wandb_api_key
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ class Upstream:
         base = (base_url or os.environ.get("WANDB_BASE_URL") or SAAS_BASE_URL).rstrip("/")
         trace = (trace_url or (None if base_url else os.environ.get("WF_TRACE_SERVER_URL"))
                  or (SAAS_TRACE_URL if base == SAAS_BASE_URL else base + protocol.TRACE_PREFIX)).rstrip("/")
-        key = wandb_api_key(base)
+        key = wandb_api_key(base_url=base)
         if not key:
             raise UpstreamRefused(f"no W&B credentials for {base}: export WANDB_API_KEY=... (or `wandb login "
                                   f"--host {base}`)")

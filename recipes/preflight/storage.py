@@ -1,0 +1,137 @@
+"""Where a run writes, and whether it fits: checkpoints pruned and the disk large enough, and on several nodes
+outputs on storage every node shares (a relative or repo-relative path lands in Ray's per-node copy of the
+repo, /tmp/ray/session_*/.../_ray_pkg_*: each node keeps its own FSDP shards, and they vanish with the session)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from recipes.constants import REPO_ROOT
+from recipes.preflight.report import Report
+from recipes.preflight.rollout_checks import lora_rank
+
+OUTPUT_KEYS = ("default_local_dir", "rollout_data_dir", "validation_data_dir")
+# An FSDP save holds the fp32 parameter shards (4 bytes) and Adam's two fp32 moments (8 bytes) per parameter;
+# with LoRA the optimizer state covers the adapters only.
+BYTES_PER_PARAM_FULL = 12
+BYTES_PER_PARAM_LORA = 4
+NETWORK_FILESYSTEMS = frozenset({
+    "nfs", "nfs4", "lustre", "gpfs", "beegfs", "fhgfs", "cephfs", "ceph", "cifs", "smb3", "smbfs", "glusterfs",
+    "wekafs", "panfs", "orangefs", "ocfs2", "gfs2", "afs", "9p", "virtiofs",
+})
+
+
+# ---- checkpoints -------------------------------------------------------------------------------------
+
+def model_parameter_count(model_path: str) -> int | None:
+    """From the tensor shapes in the model's safetensors headers on this machine (a local folder or the Hugging
+    Face cache): no weights are read. None when the model is not here yet."""
+    folder = _local_model_dir(model_path)
+    files = sorted(folder.glob("*.safetensors")) if folder else []
+    return sum(_safetensors_parameters(f) for f in files) if files else None
+
+
+def _safetensors_parameters(path: Path) -> int:
+    with path.open("rb") as f:  # an 8-byte little-endian header length, then a JSON header of name -> shape
+        header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
+    return sum(math.prod(t["shape"]) for name, t in header.items() if name != "__metadata__")
+
+
+def _local_model_dir(model_path: str) -> Path | None:
+    path = Path(os.path.expanduser(model_path))
+    if path.is_dir():
+        return path
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(model_path, "config.json")
+    except Exception:  # not a repo id, or no cache: nothing to measure
+        return None
+    return Path(cached).parent if isinstance(cached, str) else None
+
+
+def expected_saves(config: DictConfig, train_rows: int | None) -> int | None:
+    trainer = config.trainer
+    if int(trainer.save_freq) <= 0:
+        return 0
+    steps = trainer.total_training_steps
+    if steps is None and train_rows:
+        steps = (train_rows // int(config.data.train_batch_size)) * int(trainer.total_epochs)
+    if steps is None:
+        return None
+    saves = math.ceil(int(steps) / int(trainer.save_freq))  # verl also saves at the last step
+    keep = trainer.get("max_actor_ckpt_to_keep")
+    return min(saves, int(keep)) if keep else saves
+
+
+def check_checkpoint_space(config: DictConfig, report: Report, train_rows: int | None = None,
+                           params: int | None = None) -> None:
+    saves = expected_saves(config, train_rows)
+    if not saves:
+        return
+    params = params if params is not None else model_parameter_count(str(config.actor_rollout_ref.model.path))
+    if params is None:
+        report.warn(f"cannot size the checkpoints ({config.actor_rollout_ref.model.path} is not on this machine yet): "
+                    f"each save holds ~{BYTES_PER_PARAM_FULL} bytes per parameter (~37 GB for a 3B model)")
+        return
+    per_save = params * (BYTES_PER_PARAM_LORA if lora_rank(config) else BYTES_PER_PARAM_FULL)
+    need, where = saves * per_save, _existing_ancestor(Path(os.path.expanduser(str(config.trainer.default_local_dir))))
+    free = shutil.disk_usage(where).free
+    if free < need:
+        report.warn(f"{where} has {free / 1e9:.0f} GB free but {saves} checkpoint(s) of ~{per_save / 1e9:.1f} GB need "
+                    f"~{need / 1e9:.0f} GB; free space, move OUTPUT_DIR, or lower trainer.max_actor_ckpt_to_keep")
+
+
+def _existing_ancestor(path: Path) -> Path:
+    path = path.absolute()
+    while not path.exists():
+        path = path.parent
+    return path
+
+
+# ---- several nodes ------------------------------------------------------------------------------------
+
+def check_shared_outputs(config: DictConfig, report: Report) -> None:
+    """On more than one node every output dir must be one absolute path on storage all nodes share."""
+    if int(config.trainer.nnodes) <= 1:
+        return
+    for key in OUTPUT_KEYS:
+        value = config.trainer.get(key)
+        if not value:
+            continue
+        path = Path(os.path.expanduser(str(value)))
+        if not path.is_absolute():
+            report.error(f"trainer.{key}={value} is relative: on {config.trainer.nnodes} nodes it lands in Ray's "
+                         "per-node copy of the repo; set OUTPUT_DIR to an absolute path on shared storage")
+        elif path.resolve() == REPO_ROOT or REPO_ROOT in path.resolve().parents or "/tmp/ray" in str(path):
+            report.error(f"trainer.{key}={value} is inside the repo or Ray's temp dir, which Ray copies per node and "
+                         "deletes with the session; set OUTPUT_DIR to an absolute path on shared storage")
+        else:
+            fstype = filesystem_type(path)
+            if fstype is not None and fstype not in NETWORK_FILESYSTEMS and not fstype.startswith("fuse"):
+                report.warn(f"trainer.{key}={value} is on a local '{fstype}' filesystem: with "
+                            f"{config.trainer.nnodes} nodes each node writes its own part there; use storage every "
+                            "node mounts (NFS, Lustre, ...)")
+
+
+def filesystem_type(path: Path, mounts_file: str = "/proc/mounts") -> str | None:
+    """The type of the filesystem holding `path` (longest mount point that contains it), or None if unknown."""
+    try:
+        lines = Path(mounts_file).read_text().splitlines()
+    except OSError:
+        return None
+    target, best, best_type = path.absolute(), -1, None
+    for line in lines:
+        parts = line.split()
+        if len(parts) < 3:
+            continue
+        mount = Path(parts[1].replace("\\040", " "))
+        if (mount == target or mount in target.parents) and len(str(mount)) > best:
+            best, best_type = len(str(mount)), parts[2]
+    return best_type

@@ -1,0 +1,73 @@
+"""Reading a decoded multi-turn trajectory: what the model wrote, its tool calls, and what the tools answered.
+
+The one home for this parsing: the reward (recipes/reward.py), the traced summary of each rollout
+(recipes/traced_agent_loop.py) and the offline reports (recipes/rollout_report/) all read trajectories here.
+
+verl's reward manager decodes the whole response with special tokens skipped, so a tool turn looks like
+
+    <tool_call>{...}</tool_call>\\nuser\\n<tool_response>\\n24\\n</tool_response>\\nassistant\\n48+24 is 72.\\n#### 72
+
+(the role names are what is left of the skipped <|im_start|> tokens). The last tool response may have been
+cut by the response-length limit and have no closing tag.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Collection
+
+from recipes.constants import CALC_GSM8K_REWARD, CALCULATOR
+
+KNOWN_TOOLS = frozenset({CALCULATOR, CALC_GSM8K_REWARD})
+# A whole tool turn, with the role words around it.
+_TOOL_TURN = re.compile(r"(?:\nuser\n)?<tool_response>.*?(?:</tool_response>(?:\nassistant\n)?|\Z)", re.DOTALL)
+_TOOL_RESPONSE_TEXT = re.compile(r"<tool_response>\n?(.*?)\n?(?:</tool_response>|\Z)", re.DOTALL)
+_TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+# How our tools (Error: ...) and verl's agent loop (unknown tool, unparsable arguments) report a failed call.
+TOOL_ERROR_PREFIXES = ("Error", "Unknown function", "Invalid JSON")
+
+
+def model_written_text(solution_str: str) -> str:
+    """The trajectory with every tool turn removed: only what the model wrote."""
+    return _TOOL_TURN.sub("", solution_str)
+
+
+def tool_responses(solution_str: str) -> list[str]:
+    return _TOOL_RESPONSE_TEXT.findall(solution_str)
+
+
+def count_tool_errors(solution_str: str) -> int:
+    return sum(text.startswith(TOOL_ERROR_PREFIXES) for text in tool_responses(solution_str))
+
+
+def final_turn(solution_str: str) -> str:
+    """What the model wrote after the last tool response (the whole text if no tool answered)."""
+    return solution_str.rsplit("<tool_response>", 1)[-1].split("</tool_response>")[-1].strip()
+
+
+def offered_tools(extra_info: dict | None) -> Collection[str]:
+    """The tools a row offered the model: the keys of its `tools_kwargs` (data prep writes none for a row
+    without tools). Without the row's extra_info (re-scoring a dump offline), any recipe tool counts."""
+    if not extra_info:
+        return KNOWN_TOOLS
+    return frozenset(extra_info.get("tools_kwargs") or {})
+
+
+def count_tool_calls(model_text: str, offered: Collection[str] = KNOWN_TOOLS) -> tuple[int, int]:
+    """(well-formed, malformed): well-formed = a JSON object naming an offered tool, with object arguments."""
+    good = bad = 0
+    for body in _TOOL_CALL.findall(model_text):
+        try:
+            call = json.loads(body)
+        except json.JSONDecodeError:
+            bad += 1
+            continue
+        ok = isinstance(call, dict) and call.get("name") in offered and isinstance(call.get("arguments"), dict)
+        good, bad = (good + 1, bad) if ok else (good, bad + 1)
+    return good, bad
+
+
+def count_tool_call_tags(text: str) -> int:
+    """Tool calls as tags, well-formed or not (what a dump without the reward's counts still shows)."""
+    return text.count("<tool_call>")

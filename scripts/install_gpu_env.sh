@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# One command on a fresh x86_64 Linux GPU node: the pinned training environment (verl 0.9.1, SGLang 0.5.12,
+# CUDA 13 torch 2.11.0, transformers 5.9.0, weave, wandb) in a virtual environment, exactly as locked.
+#
+#   bash scripts/install_gpu_env.sh                  # -> .venv-gpu in the repo; then `. .venv-gpu/bin/activate`
+#   VENV=/shared/envs/gsm8k PYTHON=/usr/bin/python3.12 bash scripts/install_gpu_env.sh
+#   bash scripts/install_gpu_env.sh --in-image       # inside a container (e.g. lmsysorg/sglang:v0.5.12): its own
+#                                                    # python3, only the packages whose version differs change
+#
+# Installs requirements/gpu.txt and nothing else: every package pinned and hash-checked, wheels only (one
+# pure-Python sdist, antlr4-python3-runtime, is built from source). Re-running it brings the env back to the lock.
+# Then the recipe's own packages (recipes, tools, data_prep, testkit) go in editable (pyproject.toml, no deps), so
+# `python data_prep/gsm8k.py` and scripts/*.py import them from anywhere.
+# Needs: Python 3.12 with venv, glibc >= 2.34, an NVIDIA driver >= 580 (CUDA 13), libnuma.so.1, ~10 GB of disk.
+set -euo pipefail
+
+REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+IN_IMAGE=0
+case "${1:-}" in
+  --in-image) IN_IMAGE=1 ;;
+  "") ;;
+  *) echo "usage: bash scripts/install_gpu_env.sh [--in-image]" >&2; exit 2 ;;
+esac
+VENV=${VENV:-$REPO_ROOT/.venv-gpu}
+if [ "$IN_IMAGE" = 1 ]; then PYTHON=${PYTHON:-python3}; else PYTHON=${PYTHON:-python3.12}; fi
+LOCK=$REPO_ROOT/requirements/gpu.txt
+UV_VERSION=0.13.9                                   # the uv that wrote the lock (see requirements/gpu.in)
+if [ "$IN_IMAGE" = 1 ]; then UV_DEFAULT=/tmp/uv-$UV_VERSION; else UV_DEFAULT=$VENV/.uv-$UV_VERSION; fi
+UV_DIR=${UV_DIR:-$UV_DEFAULT}                       # uv lives beside the env, not in it: sync would remove it
+CHECK_DRIVER=${CHECK_DRIVER:-1}                     # 0: install on a machine without the GPU driver
+export UV_PYTHON_DOWNLOADS=never                    # use the Python given, never a downloaded one
+
+die() { echo "error: $*" >&2; exit 1; }
+say() { echo "[install_gpu_env] $*"; }
+
+# ---- the node ---------------------------------------------------------------------------------------
+[ "$(uname -m)" = x86_64 ] || die "the lock is for x86_64 Linux; this is $(uname -sm)"
+command -v "$PYTHON" >/dev/null \
+  || die "$PYTHON not found; SGLang 0.5.12 ships for CPython 3.12 only: install it, or set PYTHON=/path/to/python3.12"
+"$PYTHON" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' \
+  || die "$("$PYTHON" --version 2>&1) found; the lock is for CPython 3.12 (SGLang 0.5.12 ships cp312 wheels only);" \
+         "set PYTHON=python3.12"
+GLIBC=$("$PYTHON" -c 'import platform; print(platform.libc_ver()[1] or "0.0")')
+IFS=. read -r GLIBC_MAJOR GLIBC_MINOR _ <<<"$GLIBC.0"
+[ "$GLIBC_MAJOR" -gt 2 ] 2>/dev/null || { [ "$GLIBC_MAJOR" -eq 2 ] && [ "$GLIBC_MINOR" -ge 34 ]; } 2>/dev/null \
+  || die "glibc $GLIBC found; sglang 0.5.12's wheel needs glibc >= 2.34 (Ubuntu 22.04+, RHEL 9+)"
+if [ "$CHECK_DRIVER" = 1 ]; then
+  command -v nvidia-smi >/dev/null \
+    || die "nvidia-smi not found: cannot check the NVIDIA driver (torch 2.11.0 here is a CUDA 13 build: driver >= 580);" \
+           "CHECK_DRIVER=0 to install anyway"
+  DRIVER=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | tr -d ' ' | sort -V | head -n1)  # the oldest
+  [ "${DRIVER%%.*}" -ge 580 ] 2>/dev/null \
+    || die "NVIDIA driver $DRIVER found; the locked torch 2.11.0 and sglang 0.5.12 are CUDA 13 builds and need driver >= 580"
+fi
+if ! { ldconfig -p || /sbin/ldconfig -p; } 2>/dev/null | grep -q 'libnuma\.so\.1'; then
+  echo "warning: libnuma.so.1 not found; sglang-kernel needs it at run time: apt-get install libnuma1 (or numactl-libs)" >&2
+fi
+
+# ---- the env ----------------------------------------------------------------------------------------
+if [ "$IN_IMAGE" = 1 ]; then
+  TARGET=$(command -v "$PYTHON")
+else
+  if [ ! -x "$VENV/bin/python" ]; then
+    say "creating $VENV"
+    "$PYTHON" -m venv "$VENV" || die "$PYTHON -m venv failed; on Debian/Ubuntu: apt-get install python3.12-venv"
+  fi
+  "$VENV/bin/python" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' \
+    || die "$VENV is not a Python 3.12 env; remove it or set VENV=another/path"
+  TARGET=$VENV/bin/python
+fi
+UV=$UV_DIR/bin/uv
+if [ ! -x "$UV" ]; then
+  say "getting uv $UV_VERSION"
+  PIP=("$TARGET" -m pip)
+  "${PIP[@]}" --version >/dev/null 2>&1 || PIP=("$PYTHON" -m pip)
+  "${PIP[@]}" install -q --disable-pip-version-check --target "$UV_DIR" "uv==$UV_VERSION" \
+    || die "could not install uv $UV_VERSION (pip install uv==$UV_VERSION); put it at $UV or set UV_DIR"
+fi
+WHEELS=(--require-hashes --only-binary :all: --no-binary antlr4-python3-runtime)
+if [ "$IN_IMAGE" = 1 ]; then
+  say "bringing $TARGET to requirements/gpu.txt: only packages whose version differs change, the image's others stay"
+  # --no-deps: exactly the locked versions, no resolver (sglang's own metadata would pull transformers 5.6.0)
+  "$UV" pip install --python "$TARGET" --break-system-packages --no-deps "${WHEELS[@]}" -r "$LOCK"
+else
+  say "installing $(grep -c '^[A-Za-z0-9].*==' "$LOCK") pinned packages from requirements/gpu.txt (~4 GB download, ~10 GB on disk)"
+  # sync: exactly the lock, no resolver, and anything else is removed from the env
+  "$UV" pip sync --python "$TARGET" "${WHEELS[@]}" "$LOCK"
+fi
+
+if [ "$IN_IMAGE" = 1 ]; then SYSTEM=(--break-system-packages); else SYSTEM=(); fi
+say "installing the recipe's packages from $REPO_ROOT (editable, no dependencies)"
+"$UV" pip install --python "$TARGET" "${SYSTEM[@]}" --no-deps -e "$REPO_ROOT"
+
+cd "$REPO_ROOT"
+"$TARGET" -m recipes.preflight.versions --lock "$LOCK"
+if [ "$IN_IMAGE" = 1 ]; then
+  say "done. Launch with: bash scripts/run_gsm8k_grpo.sh"
+else
+  say "done. Activate it before data prep and the launcher:  . ${VENV#"$PWD"/}/bin/activate"
+fi

@@ -1,0 +1,44 @@
+"""Run scripts/run_gsm8k_grpo.sh (and its wrappers) as users do, in a subprocess, and read what it printed.
+
+No stand-in: the real launcher and preflight. A DRY_RUN prints the composed config (YAML) and, last, the
+main_ppo command; a launch-mode call in tests must always fail its preflight so that nothing starts."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+
+from recipes.constants import REPO_ROOT
+
+SCRIPTS = REPO_ROOT / "scripts"
+# what a user's shell might carry that would change what the launcher does
+_CLEARED = ("WANDB_API_KEY", "PREFLIGHT_", "PROFILE", "TP", "RAY_ADDRESS", "SUBMIT", "RECIPE_RESOLVED",
+            "OUTPUT_DIR", "EXPERIMENT_NAME", "MODEL_PATH", "TRACE", "LOGGER", "TOOL_SET", "N_GPUS_PER_NODE",
+            "NNODES", "PUBLISH_EVALS")
+
+
+def run_script(script: str, data_dir, *args, timeout: int = 180, **env) -> subprocess.CompletedProcess:
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith(_CLEARED)}
+    full_env.update({"PYTHON": sys.executable, "DATA_DIR": str(data_dir), **env})
+    return subprocess.run(["bash", str(SCRIPTS / script), *args], env=full_env, capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def launch(data_dir, *args, **env) -> subprocess.CompletedProcess:
+    return run_script("run_gsm8k_grpo.sh", data_dir, *args, **env)
+
+
+def printed_command(stdout: str) -> list[str]:
+    return shlex.split(stdout.strip().splitlines()[-1])
+
+
+def printed_overrides(stdout: str) -> list[str]:
+    """The hydra overrides of the printed main_ppo command (what follows --config-name)."""
+    command = printed_command(stdout)
+    return command[next(i for i, a in enumerate(command) if a.startswith("--config-name")) + 1:]
+
+
+def override_dict(overrides: list[str]) -> dict[str, str]:
+    return dict(o.lstrip("+").split("=", 1) for o in overrides)

@@ -1,0 +1,126 @@
+"""Multi-node submission against a real Ray cluster on this machine: `ray start --head` on 127.0.0.1 (its own
+temp dir, so no other Ray user on the machine can attach to it), the job submitted by recipes/launch/ray_job.py
+with the recipe's runtime env. The job's driver calls ray.init with verl's own PPO runtime env, as main_ppo does,
+then a task and an actor, worker processes as on any other node, report what they see."""
+
+import json
+import os
+import shlex
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from recipes.constants import REPO_ROOT
+from recipes.launch import ray_job
+
+RAY = str(Path(sys.executable).with_name("ray"))
+SECRET = "wandb-secret-" + "k" * 28
+PROBE = """
+import json, os, ray
+from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
+ray.init(runtime_env=get_ppo_ray_runtime_env())  # what verl's main_ppo passes (its env vars beside the job's)
+def seen():
+    import tools
+    return {"key": os.environ.get("WANDB_API_KEY"), "entity": os.environ.get("WANDB_ENTITY"),
+            "base_url": os.environ.get("WANDB_BASE_URL"), "cwd": os.getcwd(), "tools": tools.__file__}
+@ray.remote
+def task():
+    return seen()
+@ray.remote
+class Actor:
+    def probe(self):
+        return seen()
+print("PROBE " + json.dumps({"task": ray.get(task.remote()), "actor": ray.get(Actor.remote().probe.remote())}))
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def ray_head():
+    import psutil
+
+    temp_dir = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # short: Ray's socket paths live under it
+    dashboard = free_port()
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    subprocess.run([RAY, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={free_port()}",
+                    "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}", "--num-cpus=2", "--num-gpus=0",
+                    f"--temp-dir={temp_dir}", "--disable-usage-stats", "--include-dashboard=true"],
+                   env=env, check=True, capture_output=True, timeout=180)
+    yield f"http://127.0.0.1:{dashboard}"
+    # stop this cluster only (`ray stop` would stop every Ray on the machine)
+    ours = [p for p in psutil.process_iter(["cmdline"]) if temp_dir in " ".join(p.info["cmdline"] or [])]
+    for proc in ours:
+        proc.terminate()
+    psutil.wait_procs(ours, timeout=30)
+
+
+def wait_for(client, job_id: str, timeout: float = 180):
+    from ray.job_submission import JobStatus
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = client.get_job_status(job_id)
+        if status in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED):
+            return status
+        time.sleep(1)
+    client.stop_job(job_id)
+    pytest.fail(f"job {job_id} did not finish in {timeout} s: {client.get_job_logs(job_id)[-2000:]}")
+
+
+def submit_probe(address: str, environ: dict) -> tuple[dict, str, str]:
+    from ray.job_submission import JobStatus
+
+    client = ray_job.connect(address)
+    before = set(Path(tempfile.gettempdir()).glob("gsm8k-recipe-job-*"))
+    job_id = ray_job.submit(client, [], environ, command=f"{shlex.quote(sys.executable)} -c {shlex.quote(PROBE)}")
+    assert set(Path(tempfile.gettempdir()).glob("gsm8k-recipe-job-*")) == before  # the local secrets copy is gone
+    status = wait_for(client, job_id)
+    logs = client.get_job_logs(job_id)
+    assert status == JobStatus.SUCCEEDED, logs[-3000:]
+    seen = json.loads(next(line for line in logs.splitlines() if line.startswith("PROBE "))[len("PROBE "):])
+    return seen, job_id, logs
+
+
+def test_workers_get_wandb_settings_and_the_repo_but_the_job_shows_no_secret(ray_head):
+    environ = {"WANDB_API_KEY": SECRET, "WANDB_ENTITY": "my-team", "WANDB_BASE_URL": "https://wandb.example.com",
+               "HOME": "/nonexistent", "PATH": os.environ["PATH"]}
+    seen, job_id, _ = submit_probe(ray_head, environ)
+    for where in ("task", "actor"):
+        got = seen[where]
+        assert (got["key"], got["entity"], got["base_url"]) == (SECRET, "my-team", "https://wandb.example.com"), where
+        cwd = Path(got["cwd"])
+        assert "_ray_pkg_" in cwd.name and (cwd / "config" / "gsm8k_multiturn_grpo.yaml").is_file()
+        assert Path(got["tools"]).parent == cwd / "tools"  # the uploaded repo's tools, not an installed package
+    cli_env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    if (Path.home() / ".ray" / "auth_token").is_file():  # the cluster then wants it, and Ray's CLI sends it only so
+        cli_env["RAY_AUTH_MODE"] = "token"
+    listing = subprocess.run([RAY, "job", "list", "--address", ray_head], capture_output=True, text=True, timeout=60,
+                             env=cli_env)
+    assert job_id in listing.stdout + listing.stderr and "my-team" in listing.stdout + listing.stderr
+    assert SECRET not in listing.stdout + listing.stderr
+
+
+def test_a_key_from_wandb_login_reaches_the_workers_too(ray_head, tmp_path):
+    (tmp_path / ".netrc").write_text(f"machine api.wandb.ai\n  login user\n  password {SECRET}\n")
+    seen, _, _ = submit_probe(ray_head, {"HOME": str(tmp_path), "PATH": os.environ["PATH"]})
+    assert seen["actor"]["key"] == SECRET
+
+
+def test_the_real_entrypoint_reruns_the_launcher_with_resolved_overrides_and_no_secret():
+    overrides = ["profile=multinode", "data.train_files=/data/gsm8k/train.parquet", "trainer.logger=[console,wandb]"]
+    command = ray_job.entrypoint(overrides)
+    assert command.startswith("RECIPE_RESOLVED=1 bash scripts/run_gsm8k_grpo.sh ")
+    assert shlex.split(command)[3:] == overrides
+    env = ray_job.build_runtime_env({"WANDB_API_KEY": SECRET, "WANDB_ENTITY": "e", "HOME": "/nonexistent"}, None)
+    assert SECRET not in json.dumps(env) and env["env_vars"]["WANDB_ENTITY"] == "e"
+    assert env["working_dir"] == str(REPO_ROOT) and ".venv" in env["excludes"]

@@ -1,0 +1,92 @@
+"""The preflight's checks for defects a GPU run would hit late: LoRA's first weight sync, rollout concurrency,
+checkpoints filling the disk, multi-node outputs in per-node temp dirs, W&B credentials on self-hosted W&B.
+Each composes the recipe's real config (hydra, as the launcher does) and runs the check on it."""
+
+import pytest
+
+from recipes.credentials import wandb_api_key
+from recipes.preflight.compose import compose_config
+from recipes.preflight.report import Report
+from recipes.preflight.rollout_checks import check_lora_with_sglang, check_rollout_concurrency
+from recipes.preflight.storage import (
+    check_checkpoint_space,
+    check_shared_outputs,
+    expected_saves,
+    filesystem_type,
+    model_parameter_count,
+)
+from testkit.qwen_tokenizer import build_tiny_qwen2_model_dir
+
+
+def run(check, *overrides, **kw) -> Report:
+    report = Report()
+    check(compose_config(list(overrides)), report, **kw)
+    return report
+
+
+def test_lora_without_merge_is_refused_for_sglang_and_the_lora_profile_merges():
+    assert "lora.merge=True" in run(check_lora_with_sglang, "actor_rollout_ref.model.lora_rank=64").errors[0]
+    assert "lora.merge=True" in run(check_lora_with_sglang, "actor_rollout_ref.model.lora.rank=8").errors[0]
+    assert run(check_lora_with_sglang, "profile=lora").errors == []
+    assert run(check_lora_with_sglang).errors == []  # no LoRA, nothing to say
+
+
+@pytest.mark.parametrize("profile", ["8xh100", "4gpu", "multinode", "1gpu_smoke"])
+def test_every_profile_runs_all_trajectories_of_a_step_at_once(profile):
+    assert run(check_rollout_concurrency, f"profile={profile}").warnings == []
+
+
+def test_too_few_engine_slots_are_reported_with_the_value_that_fits():
+    (warning,) = run(check_rollout_concurrency, "actor_rollout_ref.rollout.tensor_model_parallel_size=2",
+                     "actor_rollout_ref.rollout.max_num_seqs=256").warnings
+    assert warning.startswith("only 1024 of the 4096 trajectories") and "max_num_seqs=1024" in warning
+
+
+def test_checkpoints_are_pruned_by_default_and_counted_from_the_data():
+    config = compose_config([])
+    assert config.trainer.max_actor_ckpt_to_keep == 2
+    assert expected_saves(config, train_rows=7473) == 2
+    unpruned = compose_config(["trainer.max_actor_ckpt_to_keep=null"])
+    assert expected_saves(unpruned, train_rows=7473) == 22  # 29 steps x 15 epochs = 435 steps, a save every 20
+
+
+def test_the_disk_warning_names_free_space_and_need(tmp_path):
+    ckpt = f"trainer.default_local_dir={tmp_path}/run/checkpoints"
+    (warning,) = run(check_checkpoint_space, ckpt, train_rows=7473, params=10**15).warnings  # far beyond any disk
+    assert f"{tmp_path}" in warning and "2 checkpoint(s)" in warning and "max_actor_ckpt_to_keep" in warning
+    assert run(check_checkpoint_space, ckpt, train_rows=7473, params=1000).warnings == []
+
+
+def test_parameters_are_counted_from_the_local_safetensors(tmp_path):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    folder = build_tiny_qwen2_model_dir(tmp_path / "tiny")
+    expected = sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).parameters())
+    assert model_parameter_count(str(folder)) == expected
+    assert model_parameter_count("no-such-org/no-such-model") is None
+
+
+def test_several_nodes_need_outputs_on_shared_storage(tmp_path, repo_root):
+    inside = run(check_shared_outputs, "trainer.nnodes=2", f"trainer.default_local_dir={repo_root}/outputs/x")
+    relative = run(check_shared_outputs, "trainer.nnodes=2", "trainer.default_local_dir=outputs/x")
+    assert "inside the repo or Ray's temp dir" in inside.errors[0] and "is relative" in relative.errors[0]
+    single = run(check_shared_outputs, "trainer.nnodes=1", "trainer.default_local_dir=outputs/x")
+    assert single.errors == [] and single.warnings == []
+
+
+def test_the_filesystem_type_comes_from_the_longest_mount(tmp_path):
+    mounts = tmp_path / "mounts"
+    mounts.write_text("/dev/vda / ext4 rw 0 0\nserver:/export /mnt/shared nfs4 rw 0 0\n")
+    assert filesystem_type(tmp_path / "nowhere", str(mounts)) == "ext4"
+    assert filesystem_type(__import__("pathlib").Path("/mnt/shared/run/ckpt"), str(mounts)) == "nfs4"
+
+
+def test_wandb_credentials_are_read_for_the_host_weave_will_use(tmp_path):
+    netrc = tmp_path / ".netrc"
+    netrc.write_text("machine wandb.example.com\n  login user\n  password self-hosted-key\n")
+    netrc.chmod(0o600)
+    env = {"HOME": str(tmp_path), "WANDB_BASE_URL": "https://wandb.example.com"}
+    assert wandb_api_key(env) == "self-hosted-key"
+    assert wandb_api_key({"HOME": str(tmp_path)}) is None  # api.wandb.ai has no entry
+    assert wandb_api_key({**env, "WANDB_API_KEY": "from-env"}) == "from-env"
