@@ -9,9 +9,9 @@ import pytest
 
 from data_prep.gsm8k_rows import SourceRecord, build_row
 from recipes.constants import CALCULATOR, DATA_SOURCE
-from recipes.traced_agent_loop import TracedToolAgentLoop
-from recipes.tracing import TOKEN_FIELDS, TextOnlyTracer
 from recipes.tool_sets import get_tool_set
+from recipes.traced_agent_loop import TracedToolAgentLoop
+from recipes.tracing import ROLLOUT_SUMMARY, TOKEN_FIELDS, TextOnlyTracer
 from testkit import agent_loop_harness as harness
 from testkit.qwen_tokenizer import load_qwen25_tokenizer
 from testkit.scripted_llm import ScriptedLLM, tool_call
@@ -177,12 +177,14 @@ def test_text_only_tracer_replaces_token_data():
             recorded["output"] = output
 
     tracer = TextOnlyTracer(FakeClient())
-    tracer.create_call("x.ToolAgentLoop.run", {"prompt_ids": list(range(500)), "raw_prompt": [{"content": "hi"}]},
-                       attributes={"sample_index": 3, "step": 1, "rollout_n": 0})
-    tracer.finish_call("call", output={"response_ids": list(range(900)), "response_text": "#### 1",
-                                       "extra_fields": {"rollout_summary": {"reward": 1.0}}, "other": list(range(40))})
+    root = tracer.create_call("x.ToolAgentLoop.run", {"prompt_ids": list(range(500)), "raw_prompt": [{"content": "hi"}]},
+                              attributes={"sample_index": 3, "step": 1, "rollout_n": 0})
+    ROLLOUT_SUMMARY.set({"reward": 1.0})  # as the recipe loop's run does
+    tracer.finish_call(root, output={"response_ids": list(range(900)), "response_text": "#### 1",
+                                     "extra_fields": {}, "other": list(range(40))})
     assert recorded["inputs"] == {"prompt_ids": "<500 token ids>", "raw_prompt": [{"content": "hi"}]}
-    assert recorded["output"]["reward"] == 1.0 and recorded["output"]["response_ids"] == "<900 token ids>"
+    assert list(recorded["output"])[0] == "reward" and recorded["output"]["reward"] == 1.0
+    assert recorded["output"]["response_ids"] == "<900 token ids>" and ROLLOUT_SUMMARY.get() is None
     assert recorded["output"]["other"] == "<40 token ids>" and recorded["output"]["response_text"] == "#### 1"
     assert recorded["display_name"] == "train step 1 · prompt 3 · rollout 0"
 

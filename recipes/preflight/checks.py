@@ -11,7 +11,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from recipes.constants import AGENT_NAME, REPO_ROOT
-from recipes.credentials import wandb_api_key, wandb_host
+from recipes.credentials import has_wandb_credentials, wandb_host
 from recipes.preflight.report import Report
 from recipes.preflight.rollout_checks import check_lora_with_sglang, check_rollout_concurrency
 from recipes.preflight.storage import check_checkpoint_space, check_shared_outputs
@@ -164,7 +164,7 @@ def check_wandb(config: DictConfig, report: Report) -> None:
     uses = [x for x in ("wandb" in list(loggers) and "wandb logger",
                         OmegaConf.select(config, "actor_rollout_ref.rollout.trace.backend") == "weave" and "weave trace")
             if x]
-    if uses and not wandb_api_key():
+    if uses and not has_wandb_credentials():
         report.error(f"{' and '.join(uses)} need W&B credentials: export WANDB_API_KEY=... (or `wandb login` for "
                      f"{wandb_host()}), or turn them off with LOGGER=console TRACE=off")
 
