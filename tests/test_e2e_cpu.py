@@ -29,15 +29,20 @@ from pathlib import Path
 import pytest
 
 from recipes.constants import REPO_ROOT
+from testkit.cpu_verl.trace_fault import UNTRACED_WORKER_ENV
 
 SMOKE_TIMEOUT = int(os.environ.get("CPU_SMOKE_TIMEOUT", "900"))
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(SMOKE_TIMEOUT + 120)]
 
 ROLLOUT_N, PROMPTS_PER_STEP, VAL_PROMPTS = 2, 4, 4  # config/profile/cpu_smoke.yaml and the smoke's data sizes
+AGENT_WORKERS, UNTRACED_WORKER = 2, 0  # rollout.agent.num_workers; the worker whose weave.init fails
+TRACE_PROMPTS_PER_WORKER = 2  # rollout.trace.max_samples_per_step_per_worker (the recipe's)
+TRAIN_STEPS, VAL_STEPS = (1, 2, 3), (0, 2, 3)  # generate_sequences calls: training steps, validations
 # what the smoke sets per run (or a user's shell might carry into it); anything else passes on (TRACE, LOGGER, ...)
 _NOT_PASSED_ON = ("RAY_", "VERL_", "WORK_DIR", "OUTPUT_DIR", "PROFILE", "DATA_DIR", "MODEL_PATH", "GSM8K_DIR",
                   "RESUME_CHECK", "TRAIN_ROWS", "TEST_ROWS", "EXPERIMENT_NAME", "SUBMIT", "RECIPE_RESOLVED", "DRY_RUN",
-                  "N_GPUS_PER_NODE", "NNODES", "TOOL_SET", "CPU_ROLLOUT_EVENTS")
+                  "N_GPUS_PER_NODE", "NNODES", "TOOL_SET", "CPU_ROLLOUT_EVENTS", "WANDB_", "WF_", "WEAVE_",
+                  "GSM8K_RECIPE_TRACE_", UNTRACED_WORKER_ENV)
 _METRIC = re.compile(r"(\S+?):(?:np\.\w+\()?(-?(?:\d+\.?\d*(?:e[-+]?\d+)?|nan|inf))\)?(?: - |$)")
 _STEP_LINE = re.compile(r"\bstep:(\d+) - (.*)$")
 _CALL = re.compile(r'<tool_call>\n(\{.*?\})\n</tool_call>.*?<tool_response>\n(.*?)\n</tool_response>', re.DOTALL)
@@ -65,6 +70,7 @@ class Smoke:
     wall_s: float
     train: Launch
     resume: Launch
+    calls: list[dict]  # every trace call the loopback W&B received, both launches
 
 
 def _step_metrics(log: str) -> dict[int, dict[str, float]]:
@@ -96,26 +102,38 @@ def _kill_session(sid: int) -> None:
 
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory, shared_gsm8k_dir_or_mini) -> Smoke:
+    """The one smoke run every test reads, tracing on against a loopback W&B for both launches; agent-loop
+    worker UNTRACED_WORKER's weave.init is made to fail (testkit/cpu_verl/trace_fault.py)."""
+    from testkit.weave_http_server import loopback_wandb
+
     work = tmp_path_factory.mktemp("cpu_smoke")
     env = {k: v for k, v in os.environ.items() if not k.startswith(_NOT_PASSED_ON)}
-    env.update(PYTHON=sys.executable, WORK_DIR=str(work), GSM8K_DIR=str(shared_gsm8k_dir_or_mini))
+    env.update(PYTHON=sys.executable, WORK_DIR=str(work), GSM8K_DIR=str(shared_gsm8k_dir_or_mini), TRACE="on",
+               WANDB_ERROR_REPORTING="false", **{UNTRACED_WORKER_ENV: str(UNTRACED_WORKER)})
     args = shlex.split(os.environ.get("CPU_SMOKE_OVERRIDES", ""))
-    start = time.monotonic()
-    proc = subprocess.Popen(["bash", str(REPO_ROOT / "scripts" / "smoke_cpu.sh"), *args], env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            start_new_session=True)
-    try:
-        stdout, _ = proc.communicate(timeout=SMOKE_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        _kill_session(proc.pid)
-        stdout, _ = proc.communicate()
-        pytest.fail(f"scripts/smoke_cpu.sh ran past {SMOKE_TIMEOUT} s (CPU_SMOKE_TIMEOUT); last output:\n{stdout[-4000:]}")
-    finally:
-        _kill_session(proc.pid)
+    with loopback_wandb() as wandb:
+        env.update(wandb.env)
+        start = time.monotonic()
+        proc = subprocess.Popen(["bash", str(REPO_ROOT / "scripts" / "smoke_cpu.sh"), *args], env=env, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+        try:
+            stdout, _ = proc.communicate(timeout=SMOKE_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            _kill_session(proc.pid)
+            stdout, _ = proc.communicate()
+            pytest.fail(f"scripts/smoke_cpu.sh ran past {SMOKE_TIMEOUT} s (CPU_SMOKE_TIMEOUT); last output:\n"
+                        f"{stdout[-4000:]}")
+        finally:
+            _kill_session(proc.pid)
+        wall_s = time.monotonic() - start
+        # each worker flushed weave at the end of every generate_sequences: everything is here by now
+        calls = wandb.storage.recorded_calls()
     assert proc.returncode == 0, f"scripts/smoke_cpu.sh failed ({proc.returncode}); last output:\n{stdout[-6000:]}"
     output = work / "outputs"
-    return Smoke(output=output, stdout=stdout, wall_s=time.monotonic() - start, train=_launch(output, "train"),
-                 resume=_launch(output, "resume"))
+    print(f"\n[cpu smoke] scripts/smoke_cpu.sh took {wall_s:.0f} s", file=sys.stderr)
+    return Smoke(output=output, stdout=stdout, wall_s=wall_s, train=_launch(output, "train"),
+                 resume=_launch(output, "resume"), calls=calls)
 
 
 @pytest.fixture(scope="module")
@@ -199,4 +217,37 @@ def test_a_second_launch_resumes_from_the_checkpoint_into_step_three(smoke):
     assert resumed[3] != resumed[2]
     assert re.search(r"Resuming from \S*global_step_2", smoke.resume.log)
     assert "Training from scratch" in smoke.train.log
+
+
+def test_every_trajectory_of_the_tracing_worker_arrives_with_its_reward_and_the_failing_worker_trains_untraced(smoke):
+    # the failing worker: its real weave.init failed in both launches, the recipe's guard turned its tracing off
+    for launch in (smoke.train, smoke.resume):
+        assert re.search(rf"\[cpu-smoke\] agent_loop_worker_{UNTRACED_WORKER}_\w+: weave pointed at closed port",
+                         launch.log), "the fault was not injected into the chosen agent-loop worker"
+        assert len(re.findall(r"Weave tracing is OFF for this run: weave\.init\(", launch.log)) == 1, \
+            "exactly one agent-loop worker's weave.init should fail"
+    # the tracing worker: verl hands each worker an equal slice of every generate_sequences batch, and the
+    # recipe traces up to TRACE_PROMPTS_PER_WORKER prompts of it (all their rollouts); validation has n=1
+    per_train = min(PROMPTS_PER_STEP // AGENT_WORKERS, TRACE_PROMPTS_PER_WORKER) * ROLLOUT_N
+    per_val = min(VAL_PROMPTS // AGENT_WORKERS, TRACE_PROMPTS_PER_WORKER)
+    made = per_train * len(TRAIN_STEPS) + per_val * len(VAL_STEPS)
+    roots = [c for c in smoke.calls if c["parent_id"] is None]
+    assert len(roots) == made, f"traced trajectories received {len(roots)}, made by the tracing worker {made}"
+    keys = {(c["attributes"].get("validate", False), c["attributes"]["step"], c["attributes"]["sample_index"],
+             c["attributes"]["rollout_n"]) for c in roots}
+    assert len(keys) == made, "a trajectory arrived twice or without its step / sample / rollout attributes"
+    by_phase = [(validate, step) for validate, step, _, _ in keys]
+    assert {step for validate, step in by_phase if not validate} == set(TRAIN_STEPS), by_phase
+    assert {step for validate, step in by_phase if validate} == set(VAL_STEPS), by_phase
+    for root in roots:  # whole: ended, with the recipe's reward in the root's output, every turn below it
+        assert root["ended"] and root["exception"] is None, root
+        reward = (root["output"] or {}).get("reward")
+        assert isinstance(reward, (int, float)) and not isinstance(reward, bool), root["output"]
+    ids = {c["id"] for c in smoke.calls}
+    assert all(c["ended"] and c["parent_id"] in ids for c in smoke.calls if c["parent_id"] is not None)
+    assert any(c["op_name"] and "execute" in c["op_name"] for c in smoke.calls), "no traced tool execution"
+    # the untraced worker's outputs were concatenated with the traced one's: every trajectory was trained on
+    for step in TRAIN_STEPS:
+        assert len((smoke.output / "rollouts" / f"{step}.jsonl").read_text().splitlines()) == \
+            PROMPTS_PER_STEP * ROLLOUT_N
 

@@ -135,9 +135,14 @@ def check_tracing(config: DictConfig, report: Report) -> None:
         report.warn("trace.token2text=False: traces will show token ids only, no readable text")
 
 
+def on_cpu_platform() -> bool:
+    """scripts/smoke_cpu.sh: verl runs on testkit/cpu_verl's CPU platform, no GPU or GPU env to check."""
+    return os.environ.get("VERL_PLATFORM") == "cpu"
+
+
 def check_gpus(config: DictConfig, report: Report, visible: int | None = None) -> None:
-    if os.environ.get("VERL_PLATFORM") == "cpu":
-        return  # CPU ranks (scripts/smoke_cpu.sh): Ray's logical GPUs, not devices to count
+    if on_cpu_platform():
+        return  # CPU ranks: Ray's logical GPUs, not devices to count
     wanted = int(config.trainer.n_gpus_per_node)
     if visible is None:
         visible = count_visible_gpus()
@@ -182,7 +187,7 @@ def run_all(config: DictConfig, launch: bool = False, submit: bool = False) -> R
     check_lora_with_sglang(config, report)
     check_rollout_concurrency(config, report)
     check_shared_outputs(config, report)
-    if launch:
+    if launch and not on_cpu_platform():
         check_gpus(config, report)
         check_gpu_env(config, report)  # driver, locked versions, attention implementation
     if launch or submit:
