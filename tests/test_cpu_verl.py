@@ -41,7 +41,8 @@ def tok(server):
 
 def first_turn_text(tok, question=QUESTION) -> str:
     """A first-turn prompt as verl's agent loop renders it: chat template with the calculator's schema."""
-    tools = [tool["tool_schema"] for tool in yaml.safe_load(get_tool_set("calculator").config_path.read_text())["tools"]]
+    tool_config = yaml.safe_load(get_tool_set("calculator").config_path.read_text())
+    tools = [tool["tool_schema"] for tool in tool_config["tools"]]
     messages = [{"role": "system", "content": "Solve it."}, {"role": "user", "content": question}]
     return tok.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
 

@@ -3,13 +3,17 @@ with PROFILE=cpu_smoke) trains two GRPO steps, validates, checkpoints, resumes i
 reports. One run (about 5 minutes on 2 cores) in a subprocess; each test reads one kind of evidence it left:
 logs with step metrics, the rollout servers' weight checksums, dumps, checkpoints, reports.
 
-Select or skip it with `-m e2e` / `-m "not e2e"`. CPU_SMOKE_TIMEOUT (seconds) bounds the whole run; extra hydra
+Select or skip it with `-m e2e` / `-m "not e2e"`. CPU_SMOKE_TIMEOUT (seconds) bounds the whole run;
+CPU_SMOKE_REUSE=<work dir printed by an earlier run> re-reads that run's evidence instead of running; extra hydra
 overrides for both launches can be given in CPU_SMOKE_OVERRIDES (space-separated), other knobs through the
 environment (e.g. TRACE, LOGGER), as scripts/smoke_cpu.sh takes them.
 
 The stand-ins (testkit/cpu_verl) are the platform, the FSDP2 engine registration and the rollout server; the
 server writes a calculator call in one of every two first turns of a prompt (a random model never does), and
 everything else (agent loop, tools, reward, GRPO, FSDP2 update, checkpoint, resume) is verl's and the recipe's.
+Tracing is on, against a W&B stand-in on 127.0.0.1 (testkit/weave_http_server.py), with agent-loop worker
+UNTRACED_WORKER's weave.init made to fail (testkit/cpu_verl/trace_fault.py): the other worker's traces must all
+arrive, and the run must train on.
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ from recipes.constants import REPO_ROOT
 from testkit.cpu_verl.trace_fault import UNTRACED_WORKER_ENV
 
 SMOKE_TIMEOUT = int(os.environ.get("CPU_SMOKE_TIMEOUT", "900"))
+REUSE_ENV = "CPU_SMOKE_REUSE"  # the work dir of an earlier run of this module: its evidence is read, nothing runs
+TRACE_CALLS_FILE = "trace_calls.json"  # what the loopback W&B received, kept beside the run's logs
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(SMOKE_TIMEOUT + 120)]
 
 ROLLOUT_N, PROMPTS_PER_STEP, VAL_PROMPTS = 2, 4, 4  # config/profile/cpu_smoke.yaml and the smoke's data sizes
@@ -106,6 +112,10 @@ def smoke(tmp_path_factory, shared_gsm8k_dir_or_mini) -> Smoke:
     worker UNTRACED_WORKER's weave.init is made to fail (testkit/cpu_verl/trace_fault.py)."""
     from testkit.weave_http_server import loopback_wandb
 
+    if os.environ.get(REUSE_ENV):  # re-read a finished run's evidence (while editing these tests)
+        work = Path(os.environ[REUSE_ENV])
+        return _smoke(work, (work / "stdout.log").read_text(), wall_s=float("nan"))
+
     work = tmp_path_factory.mktemp("cpu_smoke")
     env = {k: v for k, v in os.environ.items() if not k.startswith(_NOT_PASSED_ON)}
     env.update(PYTHON=sys.executable, WORK_DIR=str(work), GSM8K_DIR=str(shared_gsm8k_dir_or_mini), TRACE="on",
@@ -129,9 +139,18 @@ def smoke(tmp_path_factory, shared_gsm8k_dir_or_mini) -> Smoke:
         wall_s = time.monotonic() - start
         # each worker flushed weave at the end of every generate_sequences: everything is here by now
         calls = wandb.storage.recorded_calls()
-    assert proc.returncode == 0, f"scripts/smoke_cpu.sh failed ({proc.returncode}); last output:\n{stdout[-6000:]}"
     output = work / "outputs"
-    print(f"\n[cpu smoke] scripts/smoke_cpu.sh took {wall_s:.0f} s", file=sys.stderr)
+    (work / "stdout.log").write_text(stdout)
+    (output / "logs").mkdir(parents=True, exist_ok=True)
+    (output / "logs" / TRACE_CALLS_FILE).write_text(json.dumps(calls, default=str))
+    assert proc.returncode == 0, f"scripts/smoke_cpu.sh failed ({proc.returncode}); last output:\n{stdout[-6000:]}"
+    print(f"\n[cpu smoke] scripts/smoke_cpu.sh took {wall_s:.0f} s ({work})", file=sys.stderr)
+    return _smoke(work, stdout, wall_s)
+
+
+def _smoke(work: Path, stdout: str, wall_s: float) -> Smoke:
+    output = work / "outputs"
+    calls = json.loads((output / "logs" / TRACE_CALLS_FILE).read_text())
     return Smoke(output=output, stdout=stdout, wall_s=wall_s, train=_launch(output, "train"),
                  resume=_launch(output, "resume"), calls=calls)
 
@@ -188,7 +207,7 @@ def test_the_agent_loop_calls_the_recipes_calculator_and_the_reward_pays_for_it(
         assert record["num_tool_calls"] == len(made) and record["score"] == pytest.approx(0.1 * bool(made))
     assert calls == len(records) // ROLLOUT_N  # one steered first turn per GRPO pair
     # two agent-loop workers each ran part of every batch (their outputs were concatenated)
-    assert len(set(re.findall(r"\(AgentLoopWorker pid=(\d+)\)", smoke.train.log))) >= 2
+    assert len(set(re.findall(r"\((?:Traced)?AgentLoopWorker pid=(\d+)\)", smoke.train.log))) >= AGENT_WORKERS
 
 
 def test_rollout_and_validation_dumps_and_the_reports_are_written(smoke):

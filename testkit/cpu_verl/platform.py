@@ -14,7 +14,6 @@ from typing import Any
 
 import psutil
 import torch
-
 from verl.plugin.platform import PlatformBase, PlatformRegistry
 
 PLATFORM_NAME = "cpu"

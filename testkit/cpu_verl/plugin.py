@@ -16,10 +16,11 @@ testkit.cpu_verl.worker_setup, named by `actor_rollout_ref.model.external_lib`.
 
 from __future__ import annotations
 
-import testkit.cpu_verl.platform  # noqa: F401  (registers the platform)
-from testkit.cpu_verl.trace_fault import break_weave_in_this_worker
 from verl.workers.rollout import base as rollout_base
 from verl.workers.rollout.replica import RolloutReplicaRegistry
+
+import testkit.cpu_verl.platform  # noqa: F401  (registers the platform)
+from testkit.cpu_verl.trace_fault import break_weave_in_this_worker
 
 ROLLOUT_NAME = "hf_cpu"  # keep in step with testkit.cpu_verl.rollout.ROLLOUT_NAME (imported lazily: heavy)
 

@@ -60,7 +60,6 @@ def weights_checksum(model: torch.nn.Module) -> tuple[int, float, str]:
 class CpuRolloutServer:
     def __init__(self, config, model_config, replica_rank: int, steering=None) -> None:
         from transformers import AutoModelForCausalLM
-
         from verl.utils.config import omega_conf_to_dataclass
         from verl.workers.config import HFModelConfig
 
