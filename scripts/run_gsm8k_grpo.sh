@@ -107,6 +107,11 @@ cd "$REPO_ROOT"  # Ray puts the driver's cwd on every local worker's sys.path: o
 export PYTHONPATH="$REPO_ROOT${PYTHONPATH:+:$PYTHONPATH}"
 
 PREFLIGHT=("$PYTHON" "$REPO_ROOT/scripts/preflight.py")
+# A Ray job reruns this script on the cluster: the knobs used below (not hydra settings) go with it as resolved here.
+JOB_KNOBS=(PROFILE TOOL_SET EXPERIMENT_NAME OUTPUT_DIR PUBLISH_EVALS MODEL_PATH)
+SUBMIT_CMD=("$PYTHON" -m recipes.launch.ray_job)
+for knob in "${JOB_KNOBS[@]}"; do SUBMIT_CMD+=(--knob "$knob=${!knob}"); done
+SUBMIT_CMD+=(-- "${OVERRIDES[@]}" "$@")
 # Beside training, never in its way: publishes each validation dump as it lands, exits after main_ppo (which
 # keeps this shell's PID through exec) does; failures go to its log, not to training.
 WATCHER=("$PYTHON" "$REPO_ROOT/scripts/publish_evals.py" --validation_dir "$OUTPUT_DIR/validation"
@@ -115,6 +120,7 @@ WATCHER=("$PYTHON" "$REPO_ROOT/scripts/publish_evals.py" --validation_dir "$OUTP
 if [ "$DRY_RUN" = 1 ]; then
   "${PREFLIGHT[@]}" --print-config -- "${OVERRIDES[@]}" "$@"
   echo "# DRY_RUN=1: preflight passed; the launch would run (profile $PROFILE${SUBMIT:+, submitted as a Ray job}):"
+  if [ "$SUBMIT" = ray ]; then printf '%q ' "${SUBMIT_CMD[@]}"; echo; echo "# which runs on the cluster:"; fi
   if [ "$PUBLISH_EVALS" = 1 ]; then echo "# and beside it: $(printf '%q ' "${WATCHER[@]}")"; fi
   printf '%q ' "${CMD[@]}"; echo
   exit 0
@@ -122,7 +128,7 @@ fi
 if [ "$SUBMIT" = ray ]; then
   # Checked here (no GPUs needed on the submitting machine), then run on the cluster from Ray's copy of the repo.
   "${PREFLIGHT[@]}" --submit -- "${OVERRIDES[@]}" "$@"
-  exec "$PYTHON" -m recipes.launch.ray_job -- "${OVERRIDES[@]}" "$@"
+  exec "${SUBMIT_CMD[@]}"
 fi
 "${PREFLIGHT[@]}" --launch -- "${OVERRIDES[@]}" "$@"
 
