@@ -238,7 +238,8 @@ def guard_trace_init() -> None:
     if getattr(original, "_recipe_guarded", False):
         return
 
-    def guarded_init(cls, project_name, experiment_name, backend, token2text=False, max_samples_per_step_per_worker=None):
+    def guarded_init(cls, project_name, experiment_name, backend, token2text=False,
+                     max_samples_per_step_per_worker=None):
         if backend == "weave" and not _weave_ready(project_name):
             backend = None
         return original(cls, project_name, experiment_name, backend, token2text, max_samples_per_step_per_worker)
