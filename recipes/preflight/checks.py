@@ -162,6 +162,7 @@ def count_visible_gpus() -> int | None:
 def check_wandb(config: DictConfig, report: Report) -> None:
     loggers = OmegaConf.select(config, "trainer.logger") or []
     traces = OmegaConf.select(config, "actor_rollout_ref.rollout.trace.backend") == "weave"
+    traces = traces and os.environ.get("TRACE_RELAY") != "offline"  # air-gapped: kept on disk, uploaded later
     uses = [x for x in ("wandb" in list(loggers) and "wandb logger", traces and "weave trace") if x]
     if uses and not has_wandb_credentials():
         report.error(f"{' and '.join(uses)} need W&B credentials: export WANDB_API_KEY=... (or `wandb login` for "
