@@ -146,9 +146,17 @@ RELAY_CLIENT_KEY = "trace-relay-" + "0" * 28
 
 def use_trace_relay() -> str | None:
     """If the launcher runs a trace relay, point THIS process's weave at it (GraphQL and trace server) and
-    return its URL. Only here: the wandb metrics logger in the trainer keeps talking to W&B itself."""
+    return its URL. Only here: the wandb metrics logger in the trainer keeps talking to W&B itself.
+
+    The relay listens on the driver node's loopback. A worker that does not reach it (another node of a
+    multi-node run, where the variable should not be set anyway) traces straight to W&B, as without a relay:
+    the per-step flush still sends what a step traced, but an outage longer than weave's retries loses calls."""
     url = (os.environ.get(TRACE_RELAY_ENV) or "").rstrip("/")
     if not url:
+        return None
+    if not _relay_answers(url):
+        logger.warning("Trace relay %s (%s) does not answer from this process's node: tracing straight to W&B "
+                       "instead (traces made while W&B is unreachable may be lost).", url, TRACE_RELAY_ENV)
         return None
     os.environ["WANDB_BASE_URL"] = url
     os.environ["WF_TRACE_SERVER_URL"] = url + "/traces"
@@ -162,6 +170,19 @@ def use_trace_relay() -> str | None:
     except ImportError:
         pass
     return url
+
+
+def _relay_answers(url: str, timeout_s: float = 5.0) -> bool:
+    import json
+    import urllib.request
+
+    from recipes.trace_relay.protocol import RELAY_HEALTH_PATH
+
+    try:
+        with urllib.request.urlopen(url + RELAY_HEALTH_PATH, timeout=timeout_s) as answer:
+            return json.load(answer).get("trace_relay") is True
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 # ---- per-step flush ----------------------------------------------------------------------------------
@@ -217,7 +238,8 @@ def guard_trace_init() -> None:
     if getattr(original, "_recipe_guarded", False):
         return
 
-    def guarded_init(cls, project_name, experiment_name, backend, token2text=False, max_samples_per_step_per_worker=None):
+    def guarded_init(cls, project_name, experiment_name, backend, token2text=False,
+                     max_samples_per_step_per_worker=None):
         if backend == "weave" and not _weave_ready(project_name):
             backend = None
         return original(cls, project_name, experiment_name, backend, token2text, max_samples_per_step_per_worker)

@@ -117,8 +117,10 @@ class MemoryTraceServer:
         it does not understand as if it had."""
         unknown = {key for key, value in (req.get("filter") or {}).items() if value is not None} - _FILTER_KEYS
         if unknown or req.get("sort_by"):
-            raise NotImplementedError(f"MemoryTraceServer.calls_query_stream: unsupported {sorted(unknown) or 'sort_by'}")
-        rows = [row for row in self._call_rows(req["project_id"]) if _matches(row, req.get("filter") or {}, req.get("query"))]
+            raise NotImplementedError(
+                f"MemoryTraceServer.calls_query_stream: unsupported {sorted(unknown) or 'sort_by'}")
+        rows = [row for row in self._call_rows(req["project_id"])
+                if _matches(row, req.get("filter") or {}, req.get("query"))]
         offset = req.get("offset") or 0
         limit = req.get("limit")
         yield from rows[offset: None if limit is None else offset + limit]

@@ -2,9 +2,15 @@
 
 A launch-mode call here must always fail its preflight (nothing may start): each sets up one problem."""
 
+import os
+import shlex
+import subprocess
+import sys
+
 import pytest
 
 from recipes.constants import PROFILE_DIR, REPO_ROOT
+from recipes.launch import ray_job
 from testkit.launcher import launch, override_dict, printed_command, printed_overrides, run_script
 
 PROFILES = sorted(p.stem for p in PROFILE_DIR.glob("*.yaml"))
@@ -126,3 +132,26 @@ def test_multinode_submission_resolves_the_same_knobs_with_repo_relative_paths(p
     assert "submitted as a Ray job" in submitted.stdout
     relative = [o.replace(f"={REPO_ROOT}/", "=./") for o in printed_overrides(local.stdout)]
     assert printed_overrides(submitted.stdout) == relative
+
+
+def test_the_ray_job_reruns_the_launcher_with_the_submitters_knobs(prepared_data_dir):
+    """The job's entrypoint runs the launcher again on the cluster, in an environment without the submitting
+    shell's knobs: what the submitter chose (watcher on, experiment, output dir) must still hold."""
+    env = {"OUTPUT_DIR": "/shared/runs/x", "DRY_RUN": "1", "PUBLISH_EVALS": "1", "EXPERIMENT_NAME": "exp1"}
+    submitted = run_script("submit_multinode.sh", prepared_data_dir, "trainer.total_epochs=1",
+                           RAY_ADDRESS="http://127.0.0.1:1", **env)
+    assert submitted.returncode == 0, submitted.stderr
+    lines = submitted.stdout.splitlines()
+    submit_command = shlex.split(lines[lines.index("# which runs on the cluster:") - 1])
+    assert submit_command[1:3] == ["-m", "recipes.launch.ray_job"]
+    args = ray_job.build_parser().parse_args(submit_command[3:])
+    command = ray_job.entrypoint(args.overrides, ray_job.parse_knobs(args.knob))
+
+    cluster_env = {"PATH": os.environ["PATH"], "HOME": os.environ["HOME"], "PYTHON": sys.executable, "DRY_RUN": "1"}
+    job = subprocess.run(["bash", "-c", command], cwd=REPO_ROOT, env=cluster_env, capture_output=True, text=True,
+                         timeout=180, stdin=subprocess.DEVNULL)
+    assert job.returncode == 0, job.stderr
+    assert printed_overrides(job.stdout) == printed_overrides(submitted.stdout)
+    watcher = next(line for line in job.stdout.splitlines() if line.startswith("# and beside it:"))
+    assert "--experiment exp1" in watcher and "--validation_dir /shared/runs/x/validation" in watcher
+    assert "--tool_set calculator" in watcher

@@ -124,3 +124,9 @@ def test_the_real_entrypoint_reruns_the_launcher_with_resolved_overrides_and_no_
     env = ray_job.build_runtime_env({"WANDB_API_KEY": SECRET, "WANDB_ENTITY": "e", "HOME": "/nonexistent"}, None)
     assert SECRET not in json.dumps(env) and env["env_vars"]["WANDB_ENTITY"] == "e"
     assert env["working_dir"] == str(REPO_ROOT) and ".venv" in env["excludes"]
+    with_knobs = ray_job.entrypoint(overrides, ray_job.parse_knobs(["EXPERIMENT_NAME=a b", "PUBLISH_EVALS=1"]))
+    assert shlex.split(with_knobs)[:5] == ["RECIPE_RESOLVED=1", "EXPERIMENT_NAME=a b", "PUBLISH_EVALS=1", "bash",
+                                           "scripts/run_gsm8k_grpo.sh"]
+    for secret in ("WANDB_API_KEY=" + SECRET, "HF_TOKEN=x", "not-a-name=1"):
+        with pytest.raises(ValueError):
+            ray_job.parse_knobs([secret])

@@ -32,7 +32,8 @@ pytestmark = pytest.mark.timeout(400)
 
 PROJECT = "trace-delivery"
 QUESTIONS = [  # (question, answer, assistant turns): calls per trajectory = root + 2 per turn + 1 per tool call
-    ("Tom reads 12 pages a day for 6 days. How many pages?", "72", [tool_call(CALCULATOR, expression="12*6"), "#### 72"]),
+    ("Tom reads 12 pages a day for 6 days. How many pages?", "72",
+     [tool_call(CALCULATOR, expression="12*6"), "#### 72"]),
     ("A rope of 7 m is cut in 2 equal pieces. How long is each?", "3.5", ["#### 3.5"]),
     ("Half of 48 muffins are sold. How many are left?", "24", [tool_call(CALCULATOR, expression="48/2"), "#### 24"]),
 ]

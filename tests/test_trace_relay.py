@@ -13,7 +13,7 @@ import pytest
 from recipes.trace_relay.relay import TraceRelay
 from recipes.trace_relay.spool import Record, Spool, SpoolBusy
 from recipes.trace_relay.upstream import Upstream
-from recipes.tracing import TRACE_RELAY_ENV
+from recipes.tracing import TRACE_RELAY_ENV, use_trace_relay
 from testkit.weave_http_server import API_KEY, loopback_wandb
 
 CLIENT = """
@@ -114,3 +114,31 @@ def test_what_wandb_refuses_is_kept_and_the_upload_says_so(tmp_path, monkeypatch
         assert main(upload) == 1
         assert "0 pending, 2 rejected" in capsys.readouterr().out
     assert Spool(tmp_path).pending_count == 0 and (tmp_path / "rejected.spool").stat().st_size > 0
+
+
+def test_a_worker_that_does_not_reach_the_relay_traces_straight_to_wandb(tmp_path, monkeypatch, caplog):
+    """Another node of a multi-node run (the URL is the driver node's loopback), or something else on the port:
+    the worker keeps its W&B settings instead of sending its traces nowhere."""
+    import socket
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        free_port = probe.getsockname()[1]
+    from weave.trace import init_message
+
+    for name in ("WF_TRACE_SERVER_URL", "WANDB_API_KEY", "WEAVE_USE_SERVER_CACHE", "WANDB_ERROR_REPORTING"):
+        monkeypatch.setenv(name, "unchanged")  # use_trace_relay sets these: restored after the test
+    monkeypatch.setattr(init_message, "_print_version_check", init_message._print_version_check)
+    monkeypatch.setenv("WANDB_BASE_URL", "https://wandb.example")
+    with loopback_wandb() as not_a_relay:
+        for url in (f"http://127.0.0.1:{free_port}", not_a_relay.url):
+            monkeypatch.setenv(TRACE_RELAY_ENV, url)
+            assert use_trace_relay() is None
+            assert os.environ["WANDB_BASE_URL"] == "https://wandb.example"
+            assert f"Trace relay {url} ({TRACE_RELAY_ENV}) does not answer from this process's node" in caplog.text
+    relay = TraceRelay(tmp_path / "spool", None, entity="loopback-entity").start()
+    try:
+        monkeypatch.setenv(TRACE_RELAY_ENV, relay.url)
+        assert use_trace_relay() == relay.url and os.environ["WANDB_BASE_URL"] == relay.url
+    finally:
+        relay.stop(drain_timeout_s=1)

@@ -76,7 +76,8 @@ def test_server_that_disables_this_weave_turns_tracing_off(repo_root, tmp_path):
         proc, _ = run_worker(repo_root, tmp_path, **wandb.env)
     assert proc.returncode == 0, proc.stderr
     assert "backend: None" in proc.stdout and "rollout finished" in proc.stdout
-    assert "Weave tracing is OFF for this run: weave.init('gsm8k-recipe-test') returned a disabled client" in proc.stderr
+    assert ("Weave tracing is OFF for this run: weave.init('gsm8k-recipe-test') returned a disabled client"
+            in proc.stderr)
 
 
 def test_netrc_entry_for_a_self_hosted_wandb_is_a_key(repo_root, tmp_path):

@@ -110,9 +110,9 @@ def test_children_are_the_turns_in_order_with_text_and_tool_io(traced_run):
     root = next(c for c in roots(calls) if (c["attributes"]["sample_index"], c["attributes"]["rollout_n"]) == (1, 0))
     kids = children(calls, root["id"])
     kinds = [c["op_name"].split("/op/")[-1].split(":")[0] for c in kids]
-    assert kinds == ["ScriptedLLM.generate", "HermesWithFeedbackToolParser.extract_tool_calls", "CalculatorTool.execute",
-                     "ScriptedLLM.generate", "HermesWithFeedbackToolParser.extract_tool_calls", "CalculatorTool.execute",
-                     "ScriptedLLM.generate", "HermesWithFeedbackToolParser.extract_tool_calls"]
+    generate, parse, execute = ("ScriptedLLM.generate", "HermesWithFeedbackToolParser.extract_tool_calls",
+                                "CalculatorTool.execute")
+    assert kinds == [generate, parse, execute, generate, parse, execute, generate, parse]
     first_gen, first_tool, second_tool, last_gen = kids[0], kids[2], kids[5], kids[6]
     assert QUESTIONS[1][0] in first_gen["output"]["prompt_text"]  # token2text: decoded prompt and response
     assert first_gen["output"]["response_text"].startswith("<tool_call>")
@@ -177,7 +177,8 @@ def test_text_only_tracer_replaces_token_data():
             recorded["output"] = output
 
     tracer = TextOnlyTracer(FakeClient())
-    root = tracer.create_call("x.ToolAgentLoop.run", {"prompt_ids": list(range(500)), "raw_prompt": [{"content": "hi"}]},
+    root = tracer.create_call("x.ToolAgentLoop.run",
+                              {"prompt_ids": list(range(500)), "raw_prompt": [{"content": "hi"}]},
                               attributes={"sample_index": 3, "step": 1, "rollout_n": 0})
     ROLLOUT_SUMMARY.set({"reward": 1.0})  # as the recipe loop's run does
     tracer.finish_call(root, output={"response_ids": list(range(900)), "response_text": "#### 1",

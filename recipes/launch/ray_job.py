@@ -12,7 +12,9 @@ What crosses to other nodes, and how:
   package in a private temp dir, uploaded with the job as a `py_module` and loaded into each worker's
   environment by Ray's `worker_process_setup_hook`. The local copy is deleted once Ray has it;
 - the entrypoint runs the launcher again from Ray's copy of the repo, with every knob already resolved into
-  hydra overrides: its string holds no secret and no setting is looked up twice.
+  hydra overrides, and the launcher-side knobs that are not hydra settings (experiment name, output dir,
+  PUBLISH_EVALS, ...: the launcher's JOB_KNOBS) set in front of it as the submitting shell resolved them: its
+  string holds no secret and no setting is looked up twice.
 """
 
 from __future__ import annotations
@@ -81,18 +83,34 @@ def build_runtime_env(environ: dict[str, str], secrets_package: Path | None) -> 
     return runtime_env
 
 
-def entrypoint(overrides: list[str]) -> str:
-    return f"{ENTRYPOINT} {shlex.join(overrides)}".strip()
+def parse_knobs(pairs: list[str]) -> dict[str, str]:
+    """NAME=VALUE pairs of launcher knobs; a secret's name is refused (the entrypoint is shown to everyone)."""
+    knobs = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name.isidentifier():
+            raise ValueError(f"--knob wants NAME=VALUE, got {pair!r}")
+        if name in SECRET_NAMES or name.startswith(FORWARDED_PREFIXES):
+            raise ValueError(f"--knob {name}: W&B/Weave/HF settings travel in the runtime env, secrets never in "
+                             "the entrypoint")
+        knobs[name] = value
+    return knobs
+
+
+def entrypoint(overrides: list[str], knobs: dict[str, str] | None = None) -> str:
+    assignments = [f"{name}={shlex.quote(value)}" for name, value in (knobs or {}).items()]
+    launcher = ENTRYPOINT.replace("RECIPE_RESOLVED=1", " ".join(["RECIPE_RESOLVED=1", *assignments]))
+    return f"{launcher} {shlex.join(overrides)}".strip()
 
 
 def submit(client, overrides: list[str], environ: dict[str, str], submission_id: str | None = None,
-           command: str | None = None) -> str:
+           command: str | None = None, knobs: dict[str, str] | None = None) -> str:
     """Submit the job; the secrets package exists on this machine only while Ray uploads it."""
     _, secrets = split_environment(environ)
     tmp = Path(tempfile.mkdtemp(prefix="gsm8k-recipe-job-"))
     try:
         package = write_secrets_module(secrets, tmp) if secrets else None
-        return client.submit_job(entrypoint=command or entrypoint(overrides), submission_id=submission_id,
+        return client.submit_job(entrypoint=command or entrypoint(overrides, knobs), submission_id=submission_id,
                                  runtime_env=build_runtime_env(environ, package))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -117,20 +135,32 @@ async def _follow(client, job_id: str) -> None:
         print(lines, end="", flush=True)
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--address", default=os.environ.get("RAY_ADDRESS"),
                    help="the Ray dashboard address, e.g. http://10.0.0.1:8265 (default: $RAY_ADDRESS)")
     p.add_argument("--no-follow", action="store_true", help="submit and return; do not stream the job's logs")
+    p.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE",
+                   help="a launcher knob for the job's launcher (the submitting launcher passes its JOB_KNOBS)")
     p.add_argument("overrides", nargs="*")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        knobs = parse_knobs(args.knob)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     if not args.address:
         print("error: set RAY_ADDRESS to the Ray dashboard address, e.g. http://10.0.0.1:8265", file=sys.stderr)
         return 1
     from ray.job_submission import JobStatus
 
     client = connect(args.address)
-    job_id = submit(client, args.overrides, dict(os.environ), submission_id=f"gsm8k-grpo-{int(time.time())}")
+    job_id = submit(client, args.overrides, dict(os.environ), submission_id=f"gsm8k-grpo-{int(time.time())}",
+                    knobs=knobs)
     print(f"[submit] job {job_id} submitted to {args.address}; stop it with: ray job stop {job_id} "
           f"--address {args.address}", file=sys.stderr)
     if args.no_follow:

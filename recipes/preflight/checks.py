@@ -52,7 +52,8 @@ def check_data(config: DictConfig, tool_names: list[str] | None, report: Report)
                 train_rows = (train_rows or 0) + pq.read_metadata(path).num_rows
             row = pq.read_table(path, columns=["agent_name", "extra_info"]).slice(0, 1).to_pylist()[0]
             if row["agent_name"] != AGENT_NAME:
-                report.error(f"{path}: rows ask for agent_name {row['agent_name']!r}, the recipe declares {AGENT_NAME!r}")
+                report.error(f"{path}: rows ask for agent_name {row['agent_name']!r}, "
+                             f"the recipe declares {AGENT_NAME!r}")
             data_tools = sorted((row["extra_info"] or {}).get("tools_kwargs") or {})
             data_set = (row["extra_info"] or {}).get("tool_set")
             if tool_names is not None and data_tools != sorted(tool_names):
@@ -147,7 +148,8 @@ def check_gpus(config: DictConfig, report: Report, visible: int | None = None) -
     if visible is None:
         visible = count_visible_gpus()
     if visible is None:
-        report.error("cannot count GPUs (no nvidia-smi and no CUDA torch); run on a GPU node, or DRY_RUN=1 to check only")
+        report.error("cannot count GPUs (no nvidia-smi and no CUDA torch); run on a GPU node, "
+                     "or DRY_RUN=1 to check only")
     elif visible != wanted:
         report.error(f"{visible} GPU(s) visible but trainer.n_gpus_per_node={wanted}; set N_GPUS_PER_NODE={visible} "
                      "(or PROFILE=4gpu / 1gpu_smoke), or fix CUDA_VISIBLE_DEVICES")
@@ -166,9 +168,9 @@ def count_visible_gpus() -> int | None:
 
 def check_wandb(config: DictConfig, report: Report) -> None:
     loggers = OmegaConf.select(config, "trainer.logger") or []
-    uses = [x for x in ("wandb" in list(loggers) and "wandb logger",
-                        OmegaConf.select(config, "actor_rollout_ref.rollout.trace.backend") == "weave" and "weave trace")
-            if x]
+    traces = OmegaConf.select(config, "actor_rollout_ref.rollout.trace.backend") == "weave"
+    traces = traces and os.environ.get("TRACE_RELAY") != "offline"  # air-gapped: kept on disk, uploaded later
+    uses = [x for x in ("wandb" in list(loggers) and "wandb logger", traces and "weave trace") if x]
     if uses and not has_wandb_credentials():
         report.error(f"{' and '.join(uses)} need W&B credentials: export WANDB_API_KEY=... (or `wandb login` for "
                      f"{wandb_host()}), or turn them off with LOGGER=console TRACE=off")

@@ -7,4 +7,14 @@ each trace request to disk before answering, sends the spool to W&B in order wit
 it could not send stays in the spool for `scripts/upload_traces.py`, from any machine that reaches W&B.
 
     python -m recipes.trace_relay serve --spool OUTPUT_DIR/trace_spool --url-file OUTPUT_DIR/trace_relay.url
+
+scripts/run_gsm8k_grpo.sh runs it (TRACE_RELAY=auto, the default, when the run traces; TRACE_RELAY=offline for
+an air-gapped cluster) beside main_ppo on the node it launches on, stops it after main_ppo and prints its summary.
+
+Multi-node (a Ray job): no relay. It listens on one node's loopback, and a worker started by another node's raylet
+neither inherits the launcher's environment nor could reach that address; a node-local relay per node would need
+someone to start, stop and drain it on every node. Workers there trace straight to W&B, flushed after every
+rollout step (recipes.tracing.TraceFlusher): nothing is lost when training ends, but calls made during a W&B
+outage longer than weave's own retries are. A worker given a relay URL it cannot reach checks (RELAY_HEALTH_PATH)
+and keeps tracing straight to W&B.
 """

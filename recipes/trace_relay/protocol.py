@@ -30,6 +30,7 @@ from weave.trace.serialization import digest as weave_digest
 TRACE_PREFIX = "/traces"
 GRAPHQL_PATH = "/graphql"
 SERVER_INFO_ROUTE = "/server_info"
+RELAY_HEALTH_PATH = "/trace_relay/health"  # the relay's own: a worker checks it reaches THIS node's relay
 
 _WRITE_ROUTES = frozenset({
     "/obj/create", "/file/create", "/table/create", "/call/start", "/call/end", "/call/upsert_batch",

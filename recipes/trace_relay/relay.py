@@ -92,6 +92,8 @@ class TraceRelay:
     # --- HTTP ---------------------------------------------------------------------------------------
     def handle(self, request: Request) -> Response:
         route = protocol.trace_route(request.path)
+        if request.path == protocol.RELAY_HEALTH_PATH:
+            return Response.json({"trace_relay": True, "offline": self.upstream is None})
         if request.path.split("?")[0] == protocol.GRAPHQL_PATH:
             return self._init_request(request, self._local_graphql)
         if route == protocol.SERVER_INFO_ROUTE:

@@ -74,7 +74,8 @@ class Spool:
             handle.seek(0)
             holder = handle.read().strip() or "another process"
             handle.close()
-            raise SpoolBusy(f"{self.root} is in use by {holder}: stop it first (it sends these traces itself)")
+            raise SpoolBusy(f"{self.root} is in use by {holder}: stop it first (it sends these traces itself)"
+                            ) from None
         handle.seek(0)
         handle.truncate()
         handle.write(f"pid {os.getpid()}")

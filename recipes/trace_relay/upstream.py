@@ -27,7 +27,8 @@ SAAS_BASE_URL = "https://api.wandb.ai"
 SAAS_TRACE_URL = "https://trace.wandb.ai"
 MAX_BATCH_CALLS = 1000  # weave's own limit per calls/complete request
 MAX_BATCH_BYTES = 10 * 1024 * 1024  # below weave's 31 MiB
-_PROJECT_QUERY = "query Project($name: String!, $entityName: String!) { project(name: $name, entityName: $entityName) { name } }"
+_PROJECT_QUERY = ("query Project($name: String!, $entityName: String!) "
+                  "{ project(name: $name, entityName: $entityName) { name } }")
 _UPSERT_PROJECT = ("mutation UpsertModel($name: String!, $entity: String!) { upsertModel(input: { name: $name, "
                    "entityName: $entity }) { model { name } } }")
 
