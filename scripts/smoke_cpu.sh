@@ -4,7 +4,7 @@
 # forces). A tiny random Qwen2 model (Qwen2.5 tokenizer and chat template, built offline) trains two GRPO steps on a
 # few GSM8K rows with multi-turn calculator calls, validates, saves a checkpoint, then a second launch resumes
 # from it into a third step; the rollout report and eval summary run on the dumps. 5-7 minutes on 2 shared
-# cores, ~7 GB of RAM (PSS). The CPU stand-ins (platform, FSDP2 engine, rollout server) are in testkit/cpu_verl.
+# cores, ~11.5 GB of RAM (PSS of the whole process tree). The CPU stand-ins (platform, FSDP2 engine, rollout server) are in testkit/cpu_verl.
 # tests/test_e2e_cpu.py runs it with tracing on against a loopback W&B (one agent-loop worker's weave.init failing).
 #
 #   bash scripts/smoke_cpu.sh                                # work dir /tmp/gsm8k_cpu_smoke
@@ -50,7 +50,8 @@ export PROFILE=cpu_smoke MODEL_PATH="$WORK_DIR/model" DATA_DIR="$WORK_DIR/data" 
 
 if [ "${DRY_RUN:-0}" = 1 ]; then exec bash scripts/run_gsm8k_grpo.sh "$@"; fi
 
-rm -rf "$OUTPUT_DIR"/{checkpoints,rollouts,validation,report,logs}
+# trace_spool: what the launcher's trace relay keeps; a stale one would be sent again into this run's traces
+rm -rf "$OUTPUT_DIR"/{checkpoints,rollouts,validation,report,logs,trace_spool,trace_relay.log,trace_relay.url}
 mkdir -p "$OUTPUT_DIR/logs"
 launch() {  # name, overrides...: one main_ppo through the launcher, its output also in logs/<name>.log
   local name=$1; shift
