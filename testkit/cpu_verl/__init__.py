@@ -9,4 +9,5 @@ changed or patched). Used by scripts/smoke_cpu.sh (config/profile/cpu_smoke.yaml
 - steering.py      the one departure from an LLM: some first turns are written as a tool call
 - worker_setup.py  actor_rollout_ref.model.external_lib target: gloo process group, registers engine.py
 - engine.py        verl's FSDP2 engine registered for device "cpu"
+- trace_fault.py   the failing-weave.init variant: one chosen agent-loop worker's weave points at a closed port
 """
