@@ -122,7 +122,7 @@ SUBMIT_CMD=("$PYTHON" -m recipes.launch.ray_job)
 for knob in "${JOB_KNOBS[@]}"; do SUBMIT_CMD+=(--knob "$knob=${!knob}"); done
 SUBMIT_CMD+=(-- "${OVERRIDES[@]}" "$@")
 # Beside training, never in its way: publishes each validation dump as it lands, exits after main_ppo (which
-# keeps this shell's PID through exec) does; failures go to its log, not to training.
+# keeps this shell's PID through exec; with a trace relay this shell waits for it) does; failures go to its log.
 WATCHER=("$PYTHON" "$REPO_ROOT/scripts/publish_evals.py" --validation_dir "$OUTPUT_DIR/validation"
          --experiment "$EXPERIMENT_NAME" --tool_set "$TOOL_SET" --watch --stop_when_pid_exits $$)
 [ -z "$MODEL_PATH" ] || WATCHER+=(--model_path "$MODEL_PATH")
@@ -158,19 +158,24 @@ fi
 "${PREFLIGHT[@]}" --launch -- "${OVERRIDES[@]}" "$@"
 plan_relay "${OVERRIDES[@]}" "$@"
 
-ulimit -n 65535 2>/dev/null || echo "warning: could not raise the open-files limit (ulimit -n 65535); Ray may run out" >&2
-if [ "$PUBLISH_EVALS" = 1 ]; then
+start_watcher() {
+  if [ "$PUBLISH_EVALS" != 1 ]; then return; fi
   mkdir -p "$OUTPUT_DIR"
   nohup "${WATCHER[@]}" >>"$OUTPUT_DIR/publish_evals.log" 2>&1 &
   echo "[launch] publishing each validation to Weave in the background (log: $OUTPUT_DIR/publish_evals.log)" >&2
+}
+ulimit -n 65535 2>/dev/null || echo "warning: could not raise the open-files limit (ulimit -n 65535); Ray may run out" >&2
+if [ ${#RELAY[@]} -eq 0 ]; then
+  start_watcher
+  exec "${CMD[@]}"
 fi
-if [ ${#RELAY[@]} -eq 0 ]; then exec "${CMD[@]}"; fi
 
 # With a relay, main_ppo runs as a child: the relay outlives it to send (or keep) what the workers traced.
 mkdir -p "$OUTPUT_DIR"
 rm -f "$OUTPUT_DIR/trace_relay.url"
 "${RELAY[@]}" >>"$OUTPUT_DIR/trace_relay.log" 2>&1 &
 RELAY_PID=$!
+trap 'kill -TERM "$RELAY_PID" 2>/dev/null; exit 130' INT TERM  # stopped while it starts: leave nothing behind
 for _ in $(seq 600); do  # up to 60 s: it imports weave, then writes its URL
   if [ -s "$OUTPUT_DIR/trace_relay.url" ] || ! kill -0 "$RELAY_PID" 2>/dev/null; then break; fi
   sleep 0.1
@@ -186,6 +191,7 @@ GSM8K_RECIPE_TRACE_RELAY=$(cat "$OUTPUT_DIR/trace_relay.url")
 export GSM8K_RECIPE_TRACE_RELAY
 echo "[launch] Weave traces go through the trace relay $GSM8K_RECIPE_TRACE_RELAY (spool $SPOOL_DIR," \
      "log $OUTPUT_DIR/trace_relay.log)" >&2
+start_watcher
 
 # A script's background job ignores SIGINT: Ctrl-C and SIGTERM reach main_ppo as SIGTERM (Ray's driver exits
 # cleanly on it); then the relay drains and says what it sent and what is left.

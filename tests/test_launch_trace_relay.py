@@ -12,6 +12,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -22,17 +23,27 @@ from testkit.weave_http_server import API_KEY, loopback_wandb
 
 pytestmark = pytest.mark.timeout(400)
 CALLS = 20
+LAST_STEP_CALLS = 5  # traced by main_ppo's processes while they shut down
 
 MAIN_PPO_STAND_IN = """
-import os, sys, time
-open(os.environ["STAND_IN_PID_FILE"], "w").write(str(os.getpid()))
+import os, signal, sys, time
 from recipes.tracing import use_trace_relay
 assert use_trace_relay(), "no trace relay in main_ppo's environment"  # as each agent-loop worker does
 import weave
 client = weave.init("launch-relay-test")
+
+def last_step(*_):  # the end of a step still in flight when training is stopped: traced and flushed
+    for i in range(int(os.environ["STAND_IN_LAST_STEP_CALLS"])):
+        client.finish_call(client.create_call("Rollout.last_step", {"i": i}), output={"reward": 0.0})
+    client.flush()
+    os._exit(128 + signal.SIGTERM)
+
+if os.environ.get("STAND_IN_TRAIN_FOREVER"):
+    signal.signal(signal.SIGTERM, last_step)
 for i in range(int(os.environ["STAND_IN_CALLS"])):
     client.finish_call(client.create_call("Rollout.run", {"i": i}), output={"reward": 1.0})
 client.flush()  # the worker's per-step flush
+open(os.environ["STAND_IN_PID_FILE"], "w").write(str(os.getpid()))  # a step done
 if os.environ.get("STAND_IN_TRAIN_FOREVER"):
     time.sleep(600)  # until the launcher passes on a SIGTERM
 os._exit(0)  # Ray's workers die without atexit
@@ -83,21 +94,35 @@ def test_dry_run_refuses_a_relay_that_cannot_work(prepared_data_dir, env, messag
     assert proc.returncode != 0 and message in proc.stderr, proc.stderr
 
 
-def test_sigterm_stops_training_then_the_relay_sends_everything(prepared_data_dir, tmp_path):
+@pytest.mark.parametrize("ctrl_c", [False, True], ids=["sigterm", "ctrl_c"])
+def test_stopping_training_stops_main_ppo_then_the_relay_sends_everything(prepared_data_dir, tmp_path, ctrl_c):
+    """SIGTERM to the launcher (a scheduler), or SIGINT to its whole process group (Ctrl-C in a terminal, which
+    reaches the relay too): main_ppo is stopped, what it traces while stopping still goes through the relay."""
     with loopback_wandb() as wandb:
-        env = launch_env(tmp_path, DATA_DIR=str(prepared_data_dir), STAND_IN_TRAIN_FOREVER="1", **wandb.env)
+        env = launch_env(tmp_path, DATA_DIR=str(prepared_data_dir), STAND_IN_TRAIN_FOREVER="1",
+                         STAND_IN_LAST_STEP_CALLS=str(LAST_STEP_CALLS), **wandb.env)
         launcher = subprocess.Popen(["bash", str(REPO_ROOT / "scripts" / "run_gsm8k_grpo.sh")], env=env,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                    stdin=subprocess.DEVNULL)
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
         try:
             received = wandb.wait_for_calls(CALLS, timeout_s=240)
             assert len(received) == CALLS, launcher.poll() or "the relay did not deliver"
-            launcher.send_signal(signal.SIGTERM)  # what a scheduler sends to stop a job
+            pid_file = tmp_path / "main_ppo.pid"
+            while not pid_file.exists() and launcher.poll() is None:  # its step's flush has returned
+                time.sleep(0.1)
+            if ctrl_c:
+                os.killpg(launcher.pid, signal.SIGINT)
+            else:
+                launcher.send_signal(signal.SIGTERM)
             stdout, stderr = launcher.communicate(timeout=180)
+            received = wandb.storage.complete_call_ids()
         finally:
             if launcher.poll() is None:
-                launcher.kill()
-    print(f"launch through the relay: {CALLS} calls made, {len(received)} received")
+                os.killpg(launcher.pid, signal.SIGKILL)
+    made = CALLS + LAST_STEP_CALLS
+    print(f"launch through the relay, stopped by {'Ctrl-C' if ctrl_c else 'SIGTERM'}: {made} calls made, "
+          f"{len(received)} received")
+    assert len(received) == made, stderr
     assert launcher.returncode == 128 + signal.SIGTERM, stderr  # main_ppo's own status: it was terminated
     pid = int((tmp_path / "main_ppo.pid").read_text())
     assert not Path(f"/proc/{pid}").exists()  # the launcher passed the signal on to training

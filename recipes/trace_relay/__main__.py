@@ -96,7 +96,10 @@ def _serve(args) -> int:
 
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+        # started in the background by the launcher, SIGINT is ignored: a Ctrl-C meant for training must not stop
+        # the relay before the workers' last flush; the launcher sends SIGTERM once main_ppo has exited
+        if signal.getsignal(sig) is not signal.SIG_IGN:
+            signal.signal(sig, lambda *_: stop.set())
     stop.wait()
     print(f"trace relay: stopping, sending pending records for up to {args.drain_timeout:.0f} s", flush=True)
     summary = relay.stop(args.drain_timeout)
