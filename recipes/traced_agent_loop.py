@@ -20,7 +20,7 @@ from verl.experimental.agent_loop.tool_agent_loop import ToolAgentLoop
 from verl.utils.rollout_trace import rollout_trace_op
 
 import recipes.tool_parser  # noqa: F401  registers multi_turn.format=hermes_with_feedback in this worker
-from recipes.tracing import install_text_only_tracer, tracing_this_call
+from recipes.tracing import ROLLOUT_SUMMARY, install_text_only_tracer, tracing_this_call
 from recipes.trajectory import count_tool_errors, final_turn, tool_responses
 
 _REWARD_FNS: dict[int, Any] = {}
@@ -44,8 +44,8 @@ class TracedToolAgentLoop(ToolAgentLoop):
     async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
         # ToolAgentLoop.run is itself traced; call the undecorated body so each trajectory has one root.
         output = await ToolAgentLoop.run.__wrapped__(self, sampling_params, **kwargs)
-        if tracing_this_call():
-            output.extra_fields["rollout_summary"] = self.summarize(output, kwargs)
+        if tracing_this_call():  # to the trace root only: the output must not depend on tracing (batch columns)
+            ROLLOUT_SUMMARY.set(self.summarize(output, kwargs))
         return output
 
     def summarize(self, output: AgentLoopOutput, kwargs: dict) -> dict:

@@ -8,19 +8,24 @@ text (token2text's decoded prompt/response, messages, tool arguments and results
 lists and verl's AgentData object with short placeholders. It also names each trajectory's root call after
 its GRPO group so the group's rollouts sort together in the Weave UI.
 
-`guard_trace_init` makes a failed `weave.init` (no key, W&B unreachable) turn tracing off with one warning
-instead of killing the agent-loop worker.
+`guard_trace_init` makes a failed `weave.init` (no key, W&B unreachable, a server that disables this weave)
+turn tracing off with one warning instead of killing the agent-loop worker. `use_trace_relay` points this
+process's weave at the node's trace relay (recipes/trace_relay) when the launcher runs one, and a
+`TraceFlusher` sends what weave still holds, within a time limit, at the end of each rollout step.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import logging
 import os
 import threading
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
+
+from recipes.credentials import has_wandb_credentials
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +37,12 @@ TOKEN_FIELDS = frozenset({
 })
 _LONG_NUMBER_LIST = 16  # any other all-number list longer than this is treated as token data too
 ROOT_OP_SUFFIX = "AgentLoop.run"
+
+# What the recipe loop wants shown first in its trace root (reward, correct, ...). Set inside the traced
+# `run`; verl's rollout_trace_op awaits `run` directly, so the wrapper shares the context and reads it when
+# it finishes the root call. Kept out of the loop's output: verl turns output fields into batch columns,
+# which must be the same whether or not a worker traces.
+ROLLOUT_SUMMARY: contextvars.ContextVar[dict | None] = contextvars.ContextVar("rollout_summary", default=None)
 
 
 def sanitize(value: Any, depth: int = 0) -> Any:
@@ -77,22 +88,29 @@ class TextOnlyTracer:
 
     def __init__(self, client: Any) -> None:
         self.client = client
+        # trajectory roots not finished yet, by object id (a call's op_name may still be a pending publish)
+        self._open_roots: set[int] = set()
 
     def create_call(self, op: str, inputs: dict, attributes: dict | None = None, **kwargs) -> Any:
         attributes = dict(attributes or {})
-        if str(op).endswith(ROOT_OP_SUFFIX) and "sample_index" in attributes:
+        is_root = str(op).endswith(ROOT_OP_SUFFIX)
+        if is_root and "sample_index" in attributes:
             # one GRPO group = one prompt at one step: filter on `group` to see its n rollouts side by side
             phase = "val" if attributes.get("validate") else "train"
             attributes["group"] = f"{phase}/step{attributes.get('step')}/prompt{attributes.get('sample_index')}"
             kwargs.setdefault("display_name", group_display_name(attributes))
-        return self.client.create_call(op=op, inputs=sanitize(inputs), attributes=attributes, **kwargs)
+        call = self.client.create_call(op=op, inputs=sanitize(inputs), attributes=attributes, **kwargs)
+        if is_root:
+            self._open_roots.add(id(call))
+        return call
 
     def finish_call(self, call: Any, output: Any = None, exception: BaseException | None = None, **kwargs) -> Any:
         clean = sanitize(output)
-        if isinstance(clean, dict) and isinstance(clean.get("extra_fields"), dict):
-            # the recipe loop's summary (reward, correct, tool calls...) goes first in the root's output
-            summary = clean["extra_fields"].pop("rollout_summary", None)
-            if summary:
+        if id(call) in self._open_roots:
+            self._open_roots.discard(id(call))
+            summary = ROLLOUT_SUMMARY.get()
+            ROLLOUT_SUMMARY.set(None)  # one root per summary
+            if summary and isinstance(clean, dict):  # the recipe loop's summary goes first in the root's output
                 clean = {**summary, **{k: v for k, v in clean.items() if k not in summary}}
         return self.client.finish_call(call, output=clean, exception=exception, **kwargs)
 
@@ -119,21 +137,100 @@ def tracing_this_call() -> bool:
     return RolloutTraceConfig.get_backend() is not None and _trace_enabled.get()
 
 
+# ---- the node's trace relay --------------------------------------------------------------------------
+
+TRACE_RELAY_ENV = "GSM8K_RECIPE_TRACE_RELAY"  # set by the launcher to the relay's URL
+# weave needs some key to start; the relay authenticates to W&B with its own, so this one never leaves the node
+RELAY_CLIENT_KEY = "trace-relay-" + "0" * 28
+
+
+def use_trace_relay() -> str | None:
+    """If the launcher runs a trace relay, point THIS process's weave at it (GraphQL and trace server) and
+    return its URL. Only here: the wandb metrics logger in the trainer keeps talking to W&B itself.
+
+    The relay listens on the driver node's loopback. A worker that does not reach it (another node of a
+    multi-node run, where the variable should not be set anyway) traces straight to W&B, as without a relay:
+    the per-step flush still sends what a step traced, but an outage longer than weave's retries loses calls."""
+    url = (os.environ.get(TRACE_RELAY_ENV) or "").rstrip("/")
+    if not url:
+        return None
+    if not _relay_answers(url):
+        logger.warning("Trace relay %s (%s) does not answer from this process's node: tracing straight to W&B "
+                       "instead (traces made while W&B is unreachable may be lost).", url, TRACE_RELAY_ENV)
+        return None
+    os.environ["WANDB_BASE_URL"] = url
+    os.environ["WF_TRACE_SERVER_URL"] = url + "/traces"
+    os.environ.setdefault("WANDB_API_KEY", RELAY_CLIENT_KEY)  # a netrc entry is for W&B's host, not the relay's
+    os.environ["WANDB_ERROR_REPORTING"] = "false"  # Sentry would try to leave an air-gapped node
+    os.environ["WEAVE_USE_SERVER_CACHE"] = "false"  # its cache is keyed without the server URL (facts doc)
+    try:  # weave.init asks PyPI for a newer weave (3 s timeout, DNS not bounded) and offers no switch
+        from weave.trace import init_message
+
+        init_message._print_version_check = lambda: None
+    except ImportError:
+        pass
+    return url
+
+
+def _relay_answers(url: str, timeout_s: float = 5.0) -> bool:
+    import json
+    import urllib.request
+
+    from recipes.trace_relay.protocol import RELAY_HEALTH_PATH
+
+    try:
+        with urllib.request.urlopen(url + RELAY_HEALTH_PATH, timeout=timeout_s) as answer:
+            return json.load(answer).get("trace_relay") is True
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+# ---- per-step flush ----------------------------------------------------------------------------------
+
+FLUSH_TIMEOUT_S = float(os.environ.get("GSM8K_RECIPE_TRACE_FLUSH_TIMEOUT", "30"))
+
+
+class TraceFlusher:
+    """Flush this process's weave client off the event loop, waiting at most `timeout_s`.
+
+    Ray async actors never run atexit, so calls still queued in weave when the worker is torn down are lost
+    unless flushed. A flush that outlives the wait goes on in its thread; the next step waits for it instead
+    of starting another."""
+
+    def __init__(self, timeout_s: float = FLUSH_TIMEOUT_S) -> None:
+        self.timeout_s = timeout_s
+        self._running: asyncio.Future | None = None
+
+    async def flush(self) -> bool:
+        """True when weave's queue is empty (sent, or handed to the relay)."""
+        from verl.utils.rollout_trace import RolloutTraceConfig
+
+        client = RolloutTraceConfig.get_client()
+        if RolloutTraceConfig.get_backend() != "weave" or client is None:
+            return True
+        if self._running is None or self._running.done():
+            self._running = asyncio.ensure_future(asyncio.to_thread(client.flush))
+        try:
+            await asyncio.wait_for(asyncio.shield(self._running), self.timeout_s)
+            return True
+        except asyncio.TimeoutError:
+            logger.warning("Weave traces not flushed within %.0f s (W&B slow or unreachable); training goes on, "
+                           "weave keeps sending in the background.", self.timeout_s)
+        except Exception as err:  # a broken trace client must not fail a rollout step
+            logger.warning("Weave flush failed: %s: %s", type(err).__name__, err)
+        return False
+
+
 # ---- failure isolation ------------------------------------------------------------------------------
 
 INIT_TIMEOUT_S = float(os.environ.get("GSM8K_RECIPE_TRACE_INIT_TIMEOUT", "120"))
 
 
-def _has_wandb_credentials() -> bool:
-    netrc = Path(os.environ.get("NETRC", Path.home() / ".netrc"))
-    return bool(os.environ.get("WANDB_API_KEY")) or (netrc.is_file() and "api.wandb.ai" in netrc.read_text(errors="ignore"))
-
-
 def guard_trace_init() -> None:
     """Make RolloutTraceConfig.init survive weave.init failing: tracing goes off, training goes on.
 
-    verl calls RolloutTraceConfig.init inside AgentLoopWorker.__init__, right after loading the tool
-    classes, so importing the `tools` package (which calls this) is the earliest hook in every worker.
+    The recipe's agent-loop worker (recipes/agent_loop_worker.py) calls this before verl's
+    AgentLoopWorker.__init__ runs RolloutTraceConfig.init.
     """
     from verl.utils.rollout_trace import RolloutTraceConfig
 
@@ -141,7 +238,8 @@ def guard_trace_init() -> None:
     if getattr(original, "_recipe_guarded", False):
         return
 
-    def guarded_init(cls, project_name, experiment_name, backend, token2text=False, max_samples_per_step_per_worker=None):
+    def guarded_init(cls, project_name, experiment_name, backend, token2text=False,
+                     max_samples_per_step_per_worker=None):
         if backend == "weave" and not _weave_ready(project_name):
             backend = None
         return original(cls, project_name, experiment_name, backend, token2text, max_samples_per_step_per_worker)
@@ -159,9 +257,10 @@ def _weave_ready(project_name: str) -> bool:
                        "(bash scripts/install_gpu_env.sh installs it), or set TRACE=off.")
         return False
 
-    if weave_client_context.get_weave_client() is not None:  # already initialised in this process
-        return True
-    if not _has_wandb_credentials():
+    current = weave_client_context.get_weave_client()
+    if current is not None:  # already initialised in this process
+        return _usable(current, project_name)
+    if not has_wandb_credentials():
         logger.warning("Weave tracing is OFF for this run: no WANDB_API_KEY (or `wandb login`) in this worker. "
                        "Training continues; set the key to get traces, or TRACE=off to silence this.")
         return False
@@ -171,18 +270,28 @@ def _weave_ready(project_name: str) -> bool:
         try:
             import weave
 
-            weave.init(project_name)
-            outcome["ok"] = True
+            outcome["client"] = weave.init(project_name)
         except BaseException as err:  # weave raises transport errors, SystemExit on bad keys, ...
             outcome["error"] = err
 
     thread = threading.Thread(target=attempt, name="weave-init", daemon=True)
     thread.start()
     thread.join(INIT_TIMEOUT_S)
-    if outcome.get("ok"):
-        return True
+    if "client" in outcome:
+        return _usable(outcome["client"], project_name)
     reason = f"{type(outcome['error']).__name__}: {outcome['error']}" if "error" in outcome else (
         f"no answer from W&B within {INIT_TIMEOUT_S:.0f} s")
     logger.warning("Weave tracing is OFF for this run: weave.init(%r) failed (%s). Training continues without "
                    "traces; check network access to W&B, or set TRACE=off.", project_name, reason)
+    return False
+
+
+def _usable(client: Any, project_name: str) -> bool:
+    """weave.init returns a client that silently records nothing when the trace server requires a newer weave
+    (weave/trace/init_message.py) or WEAVE_DISABLED is set: count that as tracing off, and say so."""
+    if getattr(client, "entity", None) != "DISABLED":
+        return True
+    logger.warning("Weave tracing is OFF for this run: weave.init(%r) returned a disabled client (the trace server "
+                   "requires a newer weave: see weave's warning above and `pip install -U weave`; or WEAVE_DISABLED "
+                   "is set). Training continues without traces.", project_name)
     return False

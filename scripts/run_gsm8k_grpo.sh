@@ -26,6 +26,9 @@ LOGGER=${LOGGER:-}                               # e.g. console or console,wandb
 EXPERIMENT_NAME=${EXPERIMENT_NAME:-gsm8k_${TOOL_SET}_${PROFILE}}
 OUTPUT_DIR=${OUTPUT_DIR:-$REPO_ROOT/outputs/$EXPERIMENT_NAME}  # checkpoints, dumps; multi-node: shared storage
 PUBLISH_EVALS=${PUBLISH_EVALS:-0}                # 1: publish each validation to Weave as an Evaluation while training
+TRACE_RELAY=${TRACE_RELAY:-auto}                 # auto: traces go through a relay on this node that keeps them on disk
+                                                 # until W&B has them; offline: air-gapped, keep them for
+                                                 # scripts/upload_traces.py; off: workers send straight to W&B
 PYTHON=${PYTHON:-python3}
 DRY_RUN=${DRY_RUN:-0}
 SUBMIT=${SUBMIT:-}                               # ray: submit as a Ray job to RAY_ADDRESS (submit_multinode.sh)
@@ -56,6 +59,12 @@ OVERRIDES=(
 [ -z "$N_GPUS_PER_NODE" ] || OVERRIDES+=("trainer.n_gpus_per_node=$N_GPUS_PER_NODE")
 [ -z "$NNODES" ] || OVERRIDES+=("trainer.nnodes=$NNODES")
 [ -z "$LOGGER" ] || OVERRIDES+=("trainer.logger=[$LOGGER]")
+export TRACE_RELAY  # the preflight asks for no W&B key for traces kept offline
+case "$TRACE_RELAY" in
+  auto|off) ;;
+  offline) [ -n "${WANDB_ENTITY:-}" ] || { echo "error: TRACE_RELAY=offline needs WANDB_ENTITY=<the W&B entity the traces will be uploaded to>" >&2; exit 1; } ;;
+  *) echo "error: TRACE_RELAY must be auto, off or offline, not '$TRACE_RELAY'" >&2; exit 1 ;;
+esac
 case "$TRACE" in
   "") ;;
   on) OVERRIDES+=("actor_rollout_ref.rollout.trace.backend=weave") ;;
@@ -113,15 +122,31 @@ SUBMIT_CMD=("$PYTHON" -m recipes.launch.ray_job)
 for knob in "${JOB_KNOBS[@]}"; do SUBMIT_CMD+=(--knob "$knob=${!knob}"); done
 SUBMIT_CMD+=(-- "${OVERRIDES[@]}" "$@")
 # Beside training, never in its way: publishes each validation dump as it lands, exits after main_ppo (which
-# keeps this shell's PID through exec) does; failures go to its log, not to training.
+# keeps this shell's PID through exec; with a trace relay this shell waits for it) does; failures go to its log.
 WATCHER=("$PYTHON" "$REPO_ROOT/scripts/publish_evals.py" --validation_dir "$OUTPUT_DIR/validation"
          --experiment "$EXPERIMENT_NAME" --tool_set "$TOOL_SET" --watch --stop_when_pid_exits $$)
 [ -z "$MODEL_PATH" ] || WATCHER+=(--model_path "$MODEL_PATH")
+# The trace relay (recipes/trace_relay) listens on this node's loopback. The agent-loop workers get its URL from
+# this shell's environment, through the local Ray cluster main_ppo starts. A Ray job's workers inherit each
+# node's raylet environment instead: they send straight to W&B, flushed after every step (recipes/tracing.py).
+RELAY=()
+SPOOL_DIR=$OUTPUT_DIR/trace_spool
+plan_relay() {  # after the preflight: deciding needs the composed config (does this run trace?)
+  if [ "$TRACE_RELAY" = off ] || [ "$SUBMIT" = ray ] || [ "${RECIPE_RESOLVED:-0}" = 1 ]; then return; fi
+  if [ "$("$PYTHON" -m recipes.trace_relay tracing -- "$@")" != weave ]; then return; fi
+  RELAY=("$PYTHON" -m recipes.trace_relay serve --spool "$SPOOL_DIR" --url-file "$OUTPUT_DIR/trace_relay.url")
+  if [ "$TRACE_RELAY" = offline ]; then RELAY+=(--offline --entity "$WANDB_ENTITY"); fi
+}
+if [ "$TRACE_RELAY" = offline ] && { [ "$SUBMIT" = ray ] || [ "${RECIPE_RESOLVED:-0}" = 1 ]; }; then
+  echo "error: TRACE_RELAY=offline runs on one node only: workers on other nodes cannot reach its relay" >&2; exit 1
+fi
 if [ "$DRY_RUN" = 1 ]; then
   "${PREFLIGHT[@]}" --print-config -- "${OVERRIDES[@]}" "$@"
+  plan_relay "${OVERRIDES[@]}" "$@"
   echo "# DRY_RUN=1: preflight passed; the launch would run (profile $PROFILE${SUBMIT:+, submitted as a Ray job}):"
   if [ "$SUBMIT" = ray ]; then printf '%q ' "${SUBMIT_CMD[@]}"; echo; echo "# which runs on the cluster:"; fi
   if [ "$PUBLISH_EVALS" = 1 ]; then echo "# and beside it: $(printf '%q ' "${WATCHER[@]}")"; fi
+  if [ ${#RELAY[@]} -gt 0 ]; then echo "# traces through the relay: $(printf '%q ' "${RELAY[@]}")"; fi
   printf '%q ' "${CMD[@]}"; echo
   exit 0
 fi
@@ -131,11 +156,59 @@ if [ "$SUBMIT" = ray ]; then
   exec "${SUBMIT_CMD[@]}"
 fi
 "${PREFLIGHT[@]}" --launch -- "${OVERRIDES[@]}" "$@"
+plan_relay "${OVERRIDES[@]}" "$@"
 
-ulimit -n 65535 2>/dev/null || echo "warning: could not raise the open-files limit (ulimit -n 65535); Ray may run out" >&2
-if [ "$PUBLISH_EVALS" = 1 ]; then
+start_watcher() {
+  if [ "$PUBLISH_EVALS" != 1 ]; then return; fi
   mkdir -p "$OUTPUT_DIR"
   nohup "${WATCHER[@]}" >>"$OUTPUT_DIR/publish_evals.log" 2>&1 &
   echo "[launch] publishing each validation to Weave in the background (log: $OUTPUT_DIR/publish_evals.log)" >&2
+}
+ulimit -n 65535 2>/dev/null || echo "warning: could not raise the open-files limit (ulimit -n 65535); Ray may run out" >&2
+if [ ${#RELAY[@]} -eq 0 ]; then
+  start_watcher
+  exec "${CMD[@]}"
 fi
-exec "${CMD[@]}"
+
+# With a relay, main_ppo runs as a child: the relay outlives it to send (or keep) what the workers traced.
+mkdir -p "$OUTPUT_DIR"
+rm -f "$OUTPUT_DIR/trace_relay.url"
+"${RELAY[@]}" >>"$OUTPUT_DIR/trace_relay.log" 2>&1 &
+RELAY_PID=$!
+trap 'kill -TERM "$RELAY_PID" 2>/dev/null; exit 130' INT TERM  # stopped while it starts: leave nothing behind
+for _ in $(seq 600); do  # up to 60 s: it imports weave, then writes its URL
+  if [ -s "$OUTPUT_DIR/trace_relay.url" ] || ! kill -0 "$RELAY_PID" 2>/dev/null; then break; fi
+  sleep 0.1
+done
+if [ ! -s "$OUTPUT_DIR/trace_relay.url" ]; then
+  kill "$RELAY_PID" 2>/dev/null || true
+  echo "error: the trace relay did not start (log: $OUTPUT_DIR/trace_relay.log):" >&2
+  tail -n 3 "$OUTPUT_DIR/trace_relay.log" >&2
+  echo "TRACE_RELAY=off sends traces straight to W&B instead; nothing was started" >&2
+  exit 1
+fi
+GSM8K_RECIPE_TRACE_RELAY=$(cat "$OUTPUT_DIR/trace_relay.url")
+export GSM8K_RECIPE_TRACE_RELAY
+echo "[launch] Weave traces go through the trace relay $GSM8K_RECIPE_TRACE_RELAY (spool $SPOOL_DIR," \
+     "log $OUTPUT_DIR/trace_relay.log)" >&2
+start_watcher
+
+# A script's background job ignores SIGINT: Ctrl-C and SIGTERM reach main_ppo as SIGTERM (Ray's driver exits
+# cleanly on it); then the relay drains and says what it sent and what is left.
+"${CMD[@]}" &
+TRAIN_PID=$!
+trap 'kill -TERM "$TRAIN_PID" 2>/dev/null || true' INT TERM
+while kill -0 "$TRAIN_PID" 2>/dev/null; do wait "$TRAIN_PID" || true; done  # a trapped signal interrupts `wait`
+status=0
+wait "$TRAIN_PID" || status=$?  # main_ppo's own exit status (bash keeps it)
+trap - INT TERM
+kill -TERM "$RELAY_PID" 2>/dev/null || true
+relay_status=0
+wait "$RELAY_PID" || relay_status=$?
+# its one-line summary: what was sent, what is pending, and the upload command when something is
+grep -h "^trace relay stopped:" "$OUTPUT_DIR/trace_relay.log" | tail -n 1 >&2 || true
+if [ "$relay_status" != 0 ] && [ "$relay_status" != 3 ]; then  # 3: records pending, said in the summary
+  echo "[launch] the trace relay exited with status $relay_status (log: $OUTPUT_DIR/trace_relay.log); what it" \
+       "kept is sent by: python scripts/upload_traces.py --spool $SPOOL_DIR" >&2
+fi
+exit "$status"

@@ -38,6 +38,8 @@ class MemoryTraceServer:
         self.objects: dict[str, Any] = {}
         self.tables: dict[str, list] = {}
         self.files: dict[str, bytes] = {}
+        # filled by the HTTP stand-in (testkit.weave_http_server), which digests like the real server
+        self.object_versions: dict[tuple[str, str, str], Any] = {}  # (project_id, object_id, digest) -> val
         self.feedback: list[dict] = []
 
     # --- what the client calls ---------------------------------------------------------------------
@@ -115,8 +117,10 @@ class MemoryTraceServer:
         it does not understand as if it had."""
         unknown = {key for key, value in (req.get("filter") or {}).items() if value is not None} - _FILTER_KEYS
         if unknown or req.get("sort_by"):
-            raise NotImplementedError(f"MemoryTraceServer.calls_query_stream: unsupported {sorted(unknown) or 'sort_by'}")
-        rows = [row for row in self._call_rows(req["project_id"]) if _matches(row, req.get("filter") or {}, req.get("query"))]
+            raise NotImplementedError(
+                f"MemoryTraceServer.calls_query_stream: unsupported {sorted(unknown) or 'sort_by'}")
+        rows = [row for row in self._call_rows(req["project_id"])
+                if _matches(row, req.get("filter") or {}, req.get("query"))]
         offset = req.get("offset") or 0
         limit = req.get("limit")
         yield from rows[offset: None if limit is None else offset + limit]
@@ -141,7 +145,58 @@ class MemoryTraceServer:
                 output=end.get("output"), summary=end.get("summary")))
         return rows
 
+    # --- what the HTTP stand-in records (digests computed by the caller, as the real server computes them) ---
+    def record_object(self, project_id: str, object_id: str, digest: str, val: Any) -> None:
+        with self._lock:
+            self.objects[digest] = val
+            self.object_versions[(project_id, object_id, digest)] = val
+
+    def record_table(self, digest: str, rows: list) -> None:
+        with self._lock:
+            self.tables[digest] = list(rows)
+
+    def record_file(self, digest: str, content: bytes) -> None:
+        with self._lock:
+            self.files[digest] = content
+
+    # --- reads the HTTP stand-in answers (besides the call queries above) ----------------------------
+    def obj_read(self, req: dict) -> dict:
+        key = (req["project_id"], req["object_id"], req["digest"])
+        with self._lock:
+            if key not in self.object_versions:
+                raise KeyError(f"no object {key}")
+            val = self.object_versions[key]
+        is_op = isinstance(val, dict) and (val.get("weave_type") or {}).get("type") == "Op"
+        return {"obj": {"project_id": key[0], "object_id": key[1], "digest": key[2], "val": val,
+                        "created_at": "2024-01-01T00:00:00Z", "kind": "op" if is_op else "object",
+                        "is_latest": 1, "version_index": 0}}
+
+    def table_query(self, req: dict) -> dict:
+        with self._lock:
+            rows = self.tables.get(req["digest"], [])
+        from weave.trace.serialization.digest import compute_row_digest
+
+        return {"rows": [{"digest": compute_row_digest(r), "val": r, "original_index": i} for i, r in enumerate(rows)]}
+
+    def refs_read_batch(self, req: dict) -> dict:
+        """Values of object/op refs (`weave:///entity/project/{object|op}/name:digest`); None for others."""
+        vals = []
+        for ref in req.get("refs") or []:
+            parts = ref.removeprefix("weave:///").split("/")
+            if len(parts) >= 4 and parts[2] in ("object", "op") and ":" in parts[3]:
+                name, digest = parts[3].split(":", 1)
+                with self._lock:
+                    vals.append(self.object_versions.get((f"{parts[0]}/{parts[1]}", name, digest)))
+            else:
+                vals.append(None)
+        return {"vals": vals}
+
     # --- what tests read ----------------------------------------------------------------------------
+    def complete_call_ids(self) -> set[str]:
+        """Ids of calls received in full: start and end."""
+        with self._lock:
+            return set(self.starts) & set(self.ends)
+
     def recorded_calls(self) -> list[dict]:
         """Every call as a plain dict (id, parent_id, trace_id, op_name, display_name, attributes, inputs,
         output, summary, exception, ended), in start order."""

@@ -1,5 +1,7 @@
-"""W&B unreachable or no key: the agent-loop worker's weave.init must not kill training. Each case runs
-verl's own RolloutTraceConfig.init in a fresh process, as a worker does, after importing our tools."""
+"""W&B unreachable, no key, or a trace server that disables this weave: the agent-loop worker's weave.init must
+not kill training, and tracing must not count as on when it records nothing. Each case builds, in a fresh
+process, the agent-loop worker class the recipe config names, with no tools (TOOL_SET=none): its __init__ runs
+verl's RolloutTraceConfig.init, as in every Ray worker."""
 
 import os
 import subprocess
@@ -8,32 +10,46 @@ import time
 
 import pytest
 
-WORKER = """
-import logging, sys
-logging.basicConfig(level=logging.WARNING, format="%(message)s")
-import tools  # what verl's worker imports (tool classes) before it initialises tracing
-from verl.utils.rollout_trace import RolloutTraceConfig, rollout_trace_op
+from testkit.weave_http_server import API_KEY, loopback_wandb
 
-RolloutTraceConfig.init("gsm8k-recipe-test", "exp", "weave", token2text=True)
+WORKER = """
+import asyncio, logging, sys
+from types import SimpleNamespace
+logging.basicConfig(level=logging.WARNING, format="%(message)s")
+from verl.utils.import_utils import load_class_from_fqn
+from verl.utils.rollout_trace import RolloutTraceConfig, rollout_trace_op
+from recipes.preflight.compose import compose_config
+
+# the recipe config with no tools (TOOL_SET=none), and the worker class the trainer starts from it
+model_dir, agent_loops = sys.argv[1:3]
+config = compose_config([f"actor_rollout_ref.model.path={model_dir}", "trainer.project_name=gsm8k-recipe-test",
+                         "actor_rollout_ref.rollout.multi_turn.tool_config_path=null",
+                         f"actor_rollout_ref.rollout.agent.agent_loop_config_path={agent_loops}"])
+manager_class = load_class_from_fqn(config.actor_rollout_ref.rollout.agent.agent_loop_manager_class)
+worker_class = manager_class.agent_loop_workers_class.__ray_actor_class__  # what Ray would run, here in-process
+worker_class(config, SimpleNamespace(), None, None)  # verl's __init__ calls RolloutTraceConfig.init
 
 class Loop:
     @rollout_trace_op
     async def run(self):
         return "rollout finished"
 
-import asyncio
 print("backend:", RolloutTraceConfig.get_backend())
 print(asyncio.run(Loop().run()))
 """
 
 
 def run_worker(repo_root, tmp_path, **env):
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB")}
+    from testkit.qwen_tokenizer import build_tiny_qwen2_model_dir, default_cache_dir
+
+    model_dir = build_tiny_qwen2_model_dir(default_cache_dir() / "tiny-qwen2")
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB", "WF_"))}
     full_env.update({"HOME": str(tmp_path), "WANDB_ERROR_REPORTING": "false", "PYTHONPATH": str(repo_root),
-                     "GSM8K_RECIPE_TRACE_INIT_TIMEOUT": "60", **env})
+                     "GSM8K_RECIPE_TRACE_INIT_TIMEOUT": "60", "WEAVE_USE_SERVER_CACHE": "false", **env})
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", WORKER], env=full_env, capture_output=True, text=True,
-                          timeout=150, stdin=subprocess.DEVNULL, cwd=tmp_path)
+    proc = subprocess.run([sys.executable, "-c", WORKER, str(model_dir), str(repo_root / "config" / "agent_loop.yaml")],
+                          env=full_env, capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL,
+                          cwd=tmp_path)
     return proc, time.perf_counter() - start
 
 
@@ -44,7 +60,7 @@ def test_no_key_turns_tracing_off_with_one_warning(repo_root, tmp_path):
     assert proc.stderr.count("Weave tracing is OFF for this run: no WANDB_API_KEY") == 1
 
 
-@pytest.mark.timeout(200)
+@pytest.mark.timeout(300)
 def test_unreachable_wandb_turns_tracing_off(repo_root, tmp_path):
     # a closed port on this machine stands in for W&B being unreachable (no traffic leaves the machine)
     proc, seconds = run_worker(repo_root, tmp_path, WANDB_API_KEY="x" * 40, WANDB_BASE_URL="http://127.0.0.1:9")
@@ -52,3 +68,49 @@ def test_unreachable_wandb_turns_tracing_off(repo_root, tmp_path):
     assert "backend: None" in proc.stdout and "rollout finished" in proc.stdout
     assert "Weave tracing is OFF for this run: weave.init('gsm8k-recipe-test') failed" in proc.stderr
     assert seconds < 120
+
+
+def test_server_that_disables_this_weave_turns_tracing_off(repo_root, tmp_path):
+    # weave.init returns a client that records nothing, with only a warning, when the server asks for a newer weave
+    with loopback_wandb(min_required_weave_version="99.0.0") as wandb:
+        proc, _ = run_worker(repo_root, tmp_path, **wandb.env)
+    assert proc.returncode == 0, proc.stderr
+    assert "backend: None" in proc.stdout and "rollout finished" in proc.stdout
+    assert ("Weave tracing is OFF for this run: weave.init('gsm8k-recipe-test') returned a disabled client"
+            in proc.stderr)
+
+
+def test_netrc_entry_for_a_self_hosted_wandb_is_a_key(repo_root, tmp_path):
+    """`wandb login --host` writes the key under the host of WANDB_BASE_URL (port included), where weave reads it."""
+    with loopback_wandb() as wandb:
+        host = wandb.url.removeprefix("http://")
+        (tmp_path / ".netrc").write_text(f"machine {host}\n  login user\n  password {API_KEY}\n")
+        (tmp_path / ".netrc").chmod(0o600)
+        env = {k: v for k, v in wandb.env.items() if k != "WANDB_API_KEY"}
+        proc, _ = run_worker(repo_root, tmp_path, **env)
+        assert proc.returncode == 0, proc.stderr
+        assert "backend: weave" in proc.stdout and "rollout finished" in proc.stdout, proc.stderr
+        assert len(wandb.storage.complete_call_ids()) == 1  # the traced op reached the self-hosted server
+
+
+def test_one_credential_check_for_tracing_and_preflight(tmp_path, monkeypatch):
+    from omegaconf import OmegaConf
+
+    from recipes.credentials import has_wandb_credentials
+    from recipes.preflight.checks import Report, check_wandb
+
+    for name in ("WANDB_API_KEY", "WANDB_IDENTITY_TOKEN_FILE", "NETRC"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_BASE_URL", "https://wandb.example.org:8443")
+    (tmp_path / ".netrc").write_text("machine api.wandb.ai\n  login user\n  password saas-key\n")
+    config = OmegaConf.create({"trainer": {"logger": ["wandb"]},
+                               "actor_rollout_ref": {"rollout": {"trace": {"backend": "weave"}}}})
+    report = Report()
+    check_wandb(config, report)
+    assert not has_wandb_credentials() and len(report.errors) == 1  # a key for another host is no key here
+    (tmp_path / ".netrc").write_text("machine wandb.example.org:8443\n  login user\n  password self-hosted-key\n")
+    report = Report()
+    check_wandb(config, report)
+    assert has_wandb_credentials() and not report.errors

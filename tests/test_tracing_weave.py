@@ -9,9 +9,9 @@ import pytest
 
 from data_prep.gsm8k_rows import SourceRecord, build_row
 from recipes.constants import CALCULATOR, DATA_SOURCE
-from recipes.traced_agent_loop import TracedToolAgentLoop
-from recipes.tracing import TOKEN_FIELDS, TextOnlyTracer
 from recipes.tool_sets import get_tool_set
+from recipes.traced_agent_loop import TracedToolAgentLoop
+from recipes.tracing import ROLLOUT_SUMMARY, TOKEN_FIELDS, TextOnlyTracer
 from testkit import agent_loop_harness as harness
 from testkit.qwen_tokenizer import load_qwen25_tokenizer
 from testkit.scripted_llm import ScriptedLLM, tool_call
@@ -110,9 +110,9 @@ def test_children_are_the_turns_in_order_with_text_and_tool_io(traced_run):
     root = next(c for c in roots(calls) if (c["attributes"]["sample_index"], c["attributes"]["rollout_n"]) == (1, 0))
     kids = children(calls, root["id"])
     kinds = [c["op_name"].split("/op/")[-1].split(":")[0] for c in kids]
-    assert kinds == ["ScriptedLLM.generate", "HermesWithFeedbackToolParser.extract_tool_calls", "CalculatorTool.execute",
-                     "ScriptedLLM.generate", "HermesWithFeedbackToolParser.extract_tool_calls", "CalculatorTool.execute",
-                     "ScriptedLLM.generate", "HermesWithFeedbackToolParser.extract_tool_calls"]
+    generate, parse, execute = ("ScriptedLLM.generate", "HermesWithFeedbackToolParser.extract_tool_calls",
+                                "CalculatorTool.execute")
+    assert kinds == [generate, parse, execute, generate, parse, execute, generate, parse]
     first_gen, first_tool, second_tool, last_gen = kids[0], kids[2], kids[5], kids[6]
     assert QUESTIONS[1][0] in first_gen["output"]["prompt_text"]  # token2text: decoded prompt and response
     assert first_gen["output"]["response_text"].startswith("<tool_call>")
@@ -177,12 +177,15 @@ def test_text_only_tracer_replaces_token_data():
             recorded["output"] = output
 
     tracer = TextOnlyTracer(FakeClient())
-    tracer.create_call("x.ToolAgentLoop.run", {"prompt_ids": list(range(500)), "raw_prompt": [{"content": "hi"}]},
-                       attributes={"sample_index": 3, "step": 1, "rollout_n": 0})
-    tracer.finish_call("call", output={"response_ids": list(range(900)), "response_text": "#### 1",
-                                       "extra_fields": {"rollout_summary": {"reward": 1.0}}, "other": list(range(40))})
+    root = tracer.create_call("x.ToolAgentLoop.run",
+                              {"prompt_ids": list(range(500)), "raw_prompt": [{"content": "hi"}]},
+                              attributes={"sample_index": 3, "step": 1, "rollout_n": 0})
+    ROLLOUT_SUMMARY.set({"reward": 1.0})  # as the recipe loop's run does
+    tracer.finish_call(root, output={"response_ids": list(range(900)), "response_text": "#### 1",
+                                     "extra_fields": {}, "other": list(range(40))})
     assert recorded["inputs"] == {"prompt_ids": "<500 token ids>", "raw_prompt": [{"content": "hi"}]}
-    assert recorded["output"]["reward"] == 1.0 and recorded["output"]["response_ids"] == "<900 token ids>"
+    assert list(recorded["output"])[0] == "reward" and recorded["output"]["reward"] == 1.0
+    assert recorded["output"]["response_ids"] == "<900 token ids>" and ROLLOUT_SUMMARY.get() is None
     assert recorded["output"]["other"] == "<40 token ids>" and recorded["output"]["response_text"] == "#### 1"
     assert recorded["display_name"] == "train step 1 · prompt 3 · rollout 0"
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from recipes.constants import AGENT_NAME, REPO_ROOT
-from recipes.credentials import wandb_api_key, wandb_host
+from recipes.credentials import has_wandb_credentials, wandb_host
 from recipes.preflight.report import Report
 from recipes.preflight.rollout_checks import check_lora_with_sglang, check_rollout_concurrency
 from recipes.preflight.storage import check_checkpoint_space, check_shared_outputs
@@ -136,7 +136,14 @@ def check_tracing(config: DictConfig, report: Report) -> None:
         report.warn("trace.token2text=False: traces will show token ids only, no readable text")
 
 
+def on_cpu_platform() -> bool:
+    """scripts/smoke_cpu.sh: verl runs on testkit/cpu_verl's CPU platform, no GPU or GPU env to check."""
+    return os.environ.get("VERL_PLATFORM") == "cpu"
+
+
 def check_gpus(config: DictConfig, report: Report, visible: int | None = None) -> None:
+    if on_cpu_platform():
+        return  # CPU ranks: Ray's logical GPUs, not devices to count
     wanted = int(config.trainer.n_gpus_per_node)
     if visible is None:
         visible = count_visible_gpus()
@@ -162,8 +169,9 @@ def count_visible_gpus() -> int | None:
 def check_wandb(config: DictConfig, report: Report) -> None:
     loggers = OmegaConf.select(config, "trainer.logger") or []
     traces = OmegaConf.select(config, "actor_rollout_ref.rollout.trace.backend") == "weave"
+    traces = traces and os.environ.get("TRACE_RELAY") != "offline"  # air-gapped: kept on disk, uploaded later
     uses = [x for x in ("wandb" in list(loggers) and "wandb logger", traces and "weave trace") if x]
-    if uses and not wandb_api_key():
+    if uses and not has_wandb_credentials():
         report.error(f"{' and '.join(uses)} need W&B credentials: export WANDB_API_KEY=... (or `wandb login` for "
                      f"{wandb_host()}), or turn them off with LOGGER=console TRACE=off")
 
@@ -181,7 +189,7 @@ def run_all(config: DictConfig, launch: bool = False, submit: bool = False) -> R
     check_lora_with_sglang(config, report)
     check_rollout_concurrency(config, report)
     check_shared_outputs(config, report)
-    if launch:
+    if launch and not on_cpu_platform():
         check_gpus(config, report)
         check_gpu_env(config, report)  # driver, locked versions, attention implementation
     if launch or submit:

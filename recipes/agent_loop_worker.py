@@ -1,0 +1,37 @@
+"""verl's agent-loop worker and manager, with what tracing needs in every worker process.
+
+Configured by `actor_rollout_ref.rollout.agent.agent_loop_manager_class:
+recipes.agent_loop_worker.TracedAgentLoopManager` (legacy trainer, `trainer.use_v1=false`, as the recipe runs).
+verl's AgentLoopManager keeps an `agent_loop_workers_class` it finds already set; ours is the worker below,
+which, in each worker process:
+- points weave at the node's trace relay when the launcher runs one (recipes.tracing.use_trace_relay),
+- makes a failing weave.init switch tracing off instead of killing the worker (guard_trace_init), before
+  verl's AgentLoopWorker.__init__ calls RolloutTraceConfig.init, whatever the tool set,
+- flushes weave at the end of every generate_sequences (bounded, off the event loop): Ray async actors never
+  run atexit, so calls still queued when training ends would otherwise be lost.
+"""
+
+from __future__ import annotations
+
+import ray
+from verl.experimental.agent_loop.agent_loop import AgentLoopManager, AgentLoopWorker
+from verl.protocol import DataProto
+
+from recipes.tracing import TraceFlusher, guard_trace_init, use_trace_relay
+
+
+class TracedAgentLoopWorker(AgentLoopWorker):
+    def __init__(self, *args, **kwargs):
+        use_trace_relay()
+        guard_trace_init()
+        self.trace_flusher = TraceFlusher()
+        super().__init__(*args, **kwargs)
+
+    async def generate_sequences(self, batch: DataProto) -> DataProto:
+        output = await super().generate_sequences(batch)
+        await self.trace_flusher.flush()
+        return output
+
+
+class TracedAgentLoopManager(AgentLoopManager):
+    agent_loop_workers_class = ray.remote(TracedAgentLoopWorker)

@@ -1,0 +1,146 @@
+"""Command line of the node-local trace relay.
+
+    python -m recipes.trace_relay serve --spool DIR [--port 0] [--host 127.0.0.1] [--upstream URL | --offline]
+                                        [--entity E] [--url-file FILE] [--drain-timeout S] [--max-retry-interval S]
+    python -m recipes.trace_relay status --spool DIR
+    python -m recipes.trace_relay upload --spool DIR [--upstream URL] [--timeout S]   (= scripts/upload_traces.py)
+    python -m recipes.trace_relay tracing -- HYDRA_OVERRIDES...   (prints weave or off: does the run trace?)
+
+serve: prints (and writes to --url-file) the URL to export as GSM8K_RECIPE_TRACE_RELAY, runs until SIGTERM or
+SIGINT, then sends what is pending for up to --drain-timeout and prints how many records were sent and are
+pending. Exit status 0 when nothing is left, 3 when records stay in the spool for a later upload.
+tracing: what the launcher asks before starting a relay; composes the recipe config as main_ppo would.
+upload: sends a spool (e.g. copied from an air-gapped cluster) to W&B; running it again sends nothing twice.
+Exit status 0 when everything is sent, 1 otherwise. W&B is WANDB_BASE_URL (default https://api.wandb.ai), with
+WANDB_API_KEY or the netrc entry for that host.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+PENDING_EXIT = 3
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m recipes.trace_relay", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="run the relay")
+    serve.add_argument("--spool", required=True, type=Path)
+    serve.add_argument("--host", default="127.0.0.1", help="0.0.0.0 or this node's IP to serve other nodes")
+    serve.add_argument("--port", type=int, default=0, help="0: any free port (see --url-file)")
+    serve.add_argument("--offline", action="store_true", help="keep everything on disk, send nothing")
+    serve.add_argument("--entity", default=os.environ.get("WANDB_ENTITY") or None,
+                       help="W&B entity for weave.init while W&B is unreachable (default: WANDB_ENTITY)")
+    serve.add_argument("--url-file", type=Path, help="write the relay's URL here once it listens")
+    serve.add_argument("--drain-timeout", type=float, default=120.0, help="seconds to keep sending at stop")
+    serve.add_argument("--max-retry-interval", type=float, default=30.0,
+                       help="longest wait between attempts while W&B is unreachable (seconds)")
+    status = commands.add_parser("status", help="count sent and pending records (no network)")
+    status.add_argument("--spool", required=True, type=Path)
+    for sub in (serve, upload := commands.add_parser("upload", help="send a spool's pending records to W&B")):
+        sub.add_argument("--upstream", help="W&B base URL (default: WANDB_BASE_URL or https://api.wandb.ai)")
+        sub.add_argument("--upstream-trace", help="W&B trace server URL (default: derived from --upstream)")
+    upload.add_argument("--spool", required=True, type=Path)
+    upload.add_argument("--timeout", type=float, default=600.0, help="give up retrying after this many seconds")
+    tracing = commands.add_parser("tracing", help="print weave when the composed recipe config traces, else off")
+    tracing.add_argument("overrides", nargs="*")
+    args = parser.parse_args(argv)
+    # weave (imported for its digest code) would report errors to Sentry: nothing leaves the node from here
+    os.environ["WANDB_ERROR_REPORTING"] = "false"
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per forwarded request otherwise
+    return {"serve": _serve, "status": _status, "upload": upload_spool, "tracing": _tracing}[args.command](args)
+
+
+def _tracing(args) -> int:
+    from omegaconf import OmegaConf
+
+    from recipes.preflight.compose import compose_config
+
+    backend = OmegaConf.select(compose_config(args.overrides), "actor_rollout_ref.rollout.trace.backend")
+    print("weave" if backend == "weave" else "off")
+    return 0
+
+
+def _serve(args) -> int:
+    from recipes.trace_relay.relay import TraceRelay
+    from recipes.trace_relay.spool import SpoolBusy
+    from recipes.trace_relay.upstream import Upstream, UpstreamRefused
+
+    if args.offline and not args.entity:
+        print("error: --offline needs the W&B entity the traces will be uploaded to: --entity E or WANDB_ENTITY=E",
+              file=sys.stderr)
+        return 2
+    try:
+        upstream = None if args.offline else Upstream.from_env(args.upstream, args.upstream_trace)
+        relay = TraceRelay(args.spool, upstream, entity=args.entity, host=args.host, port=args.port,
+                           max_retry_interval_s=args.max_retry_interval).start()
+    except (UpstreamRefused, SpoolBusy, OSError) as err:
+        print(f"error: trace relay not started: {err}", file=sys.stderr)
+        return 2
+    if args.url_file:
+        tmp = args.url_file.with_name(args.url_file.name + ".tmp")
+        tmp.write_text(relay.url + "\n")
+        os.replace(tmp, args.url_file)
+    target = "offline: kept on disk only" if upstream is None else f"forwarding to {upstream.base_url}"
+    print(f"trace relay: {relay.url} (spool {args.spool}, {target})", flush=True)
+
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        # started in the background by the launcher, SIGINT is ignored: a Ctrl-C meant for training must not stop
+        # the relay before the workers' last flush; the launcher sends SIGTERM once main_ppo has exited
+        if signal.getsignal(sig) is not signal.SIG_IGN:
+            signal.signal(sig, lambda *_: stop.set())
+    stop.wait()
+    print(f"trace relay: stopping, sending pending records for up to {args.drain_timeout:.0f} s", flush=True)
+    summary = relay.stop(args.drain_timeout)
+    print(f"trace relay stopped: {summary.line(args.spool)}", flush=True)
+    return PENDING_EXIT if summary.pending else 0
+
+
+def _status(args) -> int:
+    from recipes.trace_relay.spool import Spool
+
+    spool = Spool(args.spool)
+    rejected = args.spool / "rejected.spool"
+    print(f"{args.spool}: {spool.sent_count} records sent, {spool.pending_count} pending"
+          + (f", rejected records in {rejected}" if rejected.exists() else ""))
+    return 0
+
+
+def upload_spool(args) -> int:
+    from recipes.trace_relay.spool import Spool, SpoolBusy
+    from recipes.trace_relay.upstream import Forwarder, Upstream, UpstreamRefused
+
+    if not (args.spool / "segments").is_dir():
+        print(f"error: {args.spool} is not a trace spool (no segments/ inside)", file=sys.stderr)
+        return 1
+    try:
+        upstream = Upstream.from_env(args.upstream, args.upstream_trace)
+        spool = Spool(args.spool).acquire()
+    except (UpstreamRefused, SpoolBusy) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    before = spool.sent_count
+    forwarder = Forwarder(spool, upstream)
+    error = forwarder.drain(time.monotonic() + args.timeout)
+    sent, pending = spool.sent_count - before - forwarder.rejected_total, spool.pending_count
+    spool.close()
+    print(f"uploaded {sent} trace records to {upstream.base_url}; {pending} pending"
+          + (f", {forwarder.rejected_total} rejected (kept in {args.spool / 'rejected.spool'})"
+             if forwarder.rejected_total else "")
+          + (f" (last error: {error}); run this again to resume" if pending else ""))
+    return 1 if pending or forwarder.rejected_total else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

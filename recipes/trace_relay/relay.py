@@ -1,0 +1,208 @@
+"""The relay: what weave's clients on this node talk to instead of W&B.
+
+Trace writes go to the spool (fsynced) and are answered at once, so a client's flush empties its queue in
+milliseconds and weave never gets the chance to drop a batch. A background thread forwards the spool to
+W&B in order, retrying without limit. weave.init's own requests (/server_info, GraphQL) go to W&B when it
+answers, else are answered here, so a worker started during an outage (or on an air-gapped cluster) traces
+to disk. Other requests (reads) pass through to W&B, and fail while it is unreachable.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+import httpx
+
+from recipes.trace_relay import protocol
+from recipes.trace_relay.http import LoopbackHTTPServer, Request, Response
+from recipes.trace_relay.spool import Record, Spool
+from recipes.trace_relay.upstream import Forwarder, Upstream, UpstreamDown, UpstreamRefused
+
+logger = logging.getLogger(__name__)
+
+# headers worth replaying (the server reads them); never the client's Authorization
+_KEPT_HEADERS = ("x-weave-client-capabilities", "x-weave-trace-id", "user-agent")
+INIT_REQUEST_TIMEOUT_S = 10.0  # weave.init waits on these; past this the relay answers itself
+ASSUME_DOWN_FOR_S = 30.0  # after a failure, answer init requests here without trying W&B first
+
+
+@dataclass
+class Summary:
+    sent: int
+    pending: int
+    rejected: int
+    error: str | None = None
+
+    def line(self, spool_dir) -> str:
+        text = f"{self.sent} trace records sent to W&B, {self.pending} pending"
+        if self.rejected:
+            text += f", {self.rejected} rejected by W&B (kept in {spool_dir}/rejected.spool)"
+        if self.pending:
+            text += f" in {spool_dir}: send them with `python scripts/upload_traces.py --spool {spool_dir}`"
+            if self.error:
+                text += f" (last error: {self.error})"
+        return text
+
+
+class TraceRelay:
+    def __init__(self, spool_dir, upstream: Upstream | None, entity: str | None = None, host: str = "127.0.0.1",
+                 port: int = 0, max_retry_interval_s: float = 30.0) -> None:
+        self.spool = Spool(spool_dir).acquire()
+        self.max_retry_interval_s = max_retry_interval_s
+        self.upstream = upstream
+        self.entity = entity
+        self.forwarder = Forwarder(self.spool, upstream) if upstream else None
+        self.http = LoopbackHTTPServer(self, host, port)
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._down_since: float | None = None  # start of the current outage
+        self._failed_at = 0.0  # last failed attempt
+        self.last_error: str | None = None
+
+    @property
+    def url(self) -> str:
+        return self.http.url
+
+    def start(self) -> TraceRelay:
+        self.http.start()
+        if self.forwarder is not None:
+            self._thread = threading.Thread(target=self._forward_forever, name="trace-relay-forward", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self, drain_timeout_s: float = 60.0) -> Summary:
+        """Stop taking requests, send what is pending for up to `drain_timeout_s`, release the spool."""
+        self.http.stop()
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        error = None
+        if self.forwarder is not None and self.spool.pending_count:
+            error = self.forwarder.drain(time.monotonic() + drain_timeout_s)
+        rejected = self.forwarder.rejected_total if self.forwarder else 0
+        summary = Summary(self.spool.sent_count - rejected, self.spool.pending_count, rejected,
+                          error or self.last_error)
+        self.spool.close()
+        return summary
+
+    # --- HTTP ---------------------------------------------------------------------------------------
+    def handle(self, request: Request) -> Response:
+        route = protocol.trace_route(request.path)
+        if request.path == protocol.RELAY_HEALTH_PATH:
+            return Response.json({"trace_relay": True, "offline": self.upstream is None})
+        if request.path.split("?")[0] == protocol.GRAPHQL_PATH:
+            return self._init_request(request, self._local_graphql)
+        if route == protocol.SERVER_INFO_ROUTE:
+            return self._init_request(request, self._local_server_info)
+        if protocol.is_write(request.method, route):
+            return self._spool_write(route, request)
+        return self._pass_through(request)
+
+    def _spool_write(self, route: str, request: Request) -> Response:
+        ctype = request.headers.get("content-type", "application/json")
+        try:
+            local = protocol.answer_write(route, ctype, request.body)
+        except (ValueError, KeyError, TypeError) as err:  # W&B would refuse it too
+            return Response.json({"reason": f"malformed {route} request: {err}"}, status=400)
+        self.spool.append(Record(route=route, body=local.body, content_type=ctype,
+                                 headers={k: request.headers[k] for k in _KEPT_HEADERS if k in request.headers},
+                                 project_id=local.project_id, digest=local.digest, row_digests=local.row_digests))
+        self._wake.set()
+        return Response.json(local.answer)
+
+    def _init_request(self, request: Request, local_answer) -> Response:
+        """Forward to W&B and remember its answer; when W&B is unreachable, answer from memory or locally."""
+        if self.upstream is not None and not self._assumed_down():
+            url = (self.upstream.base_url + protocol.GRAPHQL_PATH if request.path.startswith(protocol.GRAPHQL_PATH)
+                   else self.upstream.trace_url_for(request.path))
+            try:
+                answer = self.upstream.request(request.method, url, request.body, request.headers,
+                                               timeout_s=INIT_REQUEST_TIMEOUT_S)
+                if answer.status_code < 500 and answer.status_code != 429:
+                    self._remember(request, answer)
+                    return Response(answer.status_code, answer.content,
+                                    answer.headers.get("content-type", "application/json"))
+                self._mark_down(f"W&B answered {answer.status_code}")
+            except UpstreamDown as err:
+                self._mark_down(str(err))
+        return local_answer(request)
+
+    def _local_graphql(self, request: Request) -> Response:
+        viewer = (self.spool.read_json("viewer.json") or {}).get("viewer") or {}
+        entity = self.entity or (viewer.get("defaultEntity") or {}).get("name")
+        answer = protocol.answer_graphql(request.body, entity, viewer.get("username"))
+        return Response.json(answer or {"data": None, "errors": [
+            {"message": "W&B is unreachable; the trace relay answers only weave.init's GraphQL requests"}]})
+
+    def _local_server_info(self, request: Request) -> Response:
+        return Response.json(self.spool.read_json("server_info.json") or protocol.local_server_info())
+
+    def _remember(self, request: Request, answer: httpx.Response) -> None:
+        if answer.status_code != 200:
+            return
+        try:
+            payload = answer.json()
+        except ValueError:
+            return
+        if protocol.trace_route(request.path) == protocol.SERVER_INFO_ROUTE:
+            self.spool.write_json("server_info.json", payload)
+        elif isinstance(payload, dict) and (payload.get("data") or {}).get("viewer"):
+            self.spool.write_json("viewer.json", payload["data"])
+
+    def _pass_through(self, request: Request) -> Response:
+        if self.upstream is None or self._assumed_down():
+            return Response.json({"reason": "W&B is unreachable from the trace relay: reads are not available"}, 503)
+        try:
+            answer = self.upstream.request(request.method, self.upstream.trace_url_for(request.path), request.body,
+                                           request.headers)
+        except UpstreamDown as err:
+            self._mark_down(str(err))
+            return Response.json({"reason": f"W&B is unreachable from the trace relay: {err}"}, 503)
+        return Response(answer.status_code, answer.content, answer.headers.get("content-type", "application/json"))
+
+    # --- forwarding ---------------------------------------------------------------------------------
+    def _forward_forever(self) -> None:
+        backoff = 0.5
+        while not self._stop.is_set():
+            try:
+                result = self.forwarder.send_some()
+            except UpstreamDown as err:
+                self._mark_down(str(err))
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, self.max_retry_interval_s)
+                continue
+            except UpstreamRefused as err:
+                if self.last_error != str(err):
+                    logger.error("trace relay: %s; traces stay in %s", err, self.spool.root)
+                self.last_error = str(err)
+                self._stop.wait(60.0)
+                continue
+            except Exception as err:  # keep forwarding whatever one record does
+                logger.exception("trace relay: forwarding failed")
+                self.last_error = f"{type(err).__name__}: {err}"
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, self.max_retry_interval_s)
+                continue
+            if self._down_since is not None:
+                logger.warning("trace relay: W&B reachable again after %.0f s; sending what was kept",
+                               time.monotonic() - self._down_since)
+                self._down_since, self.last_error = None, None
+            backoff = 0.5
+            if not (result.sent or result.rejected):
+                self._wake.wait(1.0)
+                self._wake.clear()
+
+    def _mark_down(self, error: str) -> None:
+        self._failed_at = time.monotonic()
+        if self._down_since is None:
+            self._down_since = time.monotonic()
+            logger.warning("trace relay: W&B unreachable (%s); keeping traces in %s and retrying", error,
+                           self.spool.root)
+        self.last_error = error
+
+    def _assumed_down(self) -> bool:
+        return self._down_since is not None and time.monotonic() - self._failed_at < ASSUME_DOWN_FOR_S

@@ -1,0 +1,227 @@
+"""The relay's durable store: every trace write, appended and fsynced before the client hears 200.
+
+    DIR/segments/00000001.spool   records in arrival order: one JSON header line, then `length` body bytes, "\\n"
+    DIR/checkpoint.json           how far W&B has confirmed (segment, offset), and how many records that is
+    DIR/lock                      held (flock) by the one process that may send from this spool
+
+Fully sent segments are deleted. A record torn by a crash mid-append was never answered, so the client still
+held it; reading stops there. The directory can be copied to another machine and sent from there.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SEGMENT_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True, order=True)
+class Position:
+    segment: int
+    offset: int
+
+
+@dataclass
+class Record:
+    route: str
+    body: bytes
+    content_type: str = "application/json"
+    headers: dict[str, str] = field(default_factory=dict)  # what W&B should see besides auth
+    project_id: str | None = None
+    digest: str | None = None  # computed by the relay when it answered
+    row_digests: list[str] = field(default_factory=list)
+    end: Position | None = None  # where the next record starts
+
+    def header_line(self) -> bytes:
+        header = {"route": self.route, "content_type": self.content_type, "headers": self.headers,
+                  "project_id": self.project_id, "digest": self.digest, "row_digests": self.row_digests,
+                  "length": len(self.body)}
+        return json.dumps(header).encode() + b"\n"
+
+
+class SpoolBusy(RuntimeError):
+    pass
+
+
+class Spool:
+    def __init__(self, root: str | os.PathLike, segment_bytes: int = SEGMENT_BYTES) -> None:
+        self.root = Path(root)
+        self.segments_dir = self.root / "segments"
+        self.segments_dir.mkdir(parents=True, exist_ok=True)
+        self.segment_bytes = segment_bytes
+        self._lock = threading.Lock()
+        self._lock_file = None
+        checkpoint = self._read_checkpoint()
+        self.sent_position = Position(checkpoint["segment"], checkpoint["offset"])
+        self.sent_count = checkpoint["sent"]
+        self.pending_count = sum(1 for _ in self._scan(self.sent_position, with_bodies=False))
+        segments = self._segment_numbers()
+        self._segment = segments[-1] if segments else max(1, self.sent_position.segment)
+        self._writer = None
+
+    # --- ownership ---------------------------------------------------------------------------------
+    def acquire(self) -> Spool:
+        """Become the one process that appends to and sends from this spool."""
+        handle = open(self.root / "lock", "a+")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            handle.close()
+            raise SpoolBusy(f"{self.root} is in use by {holder}: stop it first (it sends these traces itself)"
+                            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()}")
+        handle.flush()
+        self._lock_file = handle
+        self._cut_torn_tail()
+        return self
+
+    def _cut_torn_tail(self) -> None:
+        """Drop the bytes of a record torn by a crash (never acknowledged), so appends continue after the last
+        whole record instead of behind an unreadable one."""
+        path = self._segment_path(self._segment)
+        if not path.exists():
+            return
+        start = Position(self._segment, self.sent_position.offset if self._segment == self.sent_position.segment
+                         else 0)
+        end = start.offset
+        for record in self._scan(start, with_bodies=False):
+            if record.end.segment == self._segment:
+                end = record.end.offset
+        if path.stat().st_size > end:
+            with open(path, "r+b") as handle:
+                handle.truncate(end)
+                os.fsync(handle.fileno())
+
+    def close(self) -> None:
+        with self._lock:
+            if self._writer is not None:
+                self._writer.close()
+                self._writer = None
+        if self._lock_file is not None:
+            self._lock_file.close()  # releases the flock
+            self._lock_file = None
+
+    # --- writing -----------------------------------------------------------------------------------
+    def append(self, record: Record) -> None:
+        """Durable when this returns (fsync), so the caller may answer 200."""
+        data = record.header_line() + record.body + b"\n"
+        with self._lock:
+            writer = self._open_writer()
+            if writer.tell() > 0 and writer.tell() + len(data) > self.segment_bytes:
+                writer.close()
+                self._segment += 1
+                writer = self._writer = None
+                writer = self._open_writer()
+            writer.write(data)
+            writer.flush()
+            os.fsync(writer.fileno())
+            self.pending_count += 1
+
+    def _open_writer(self):
+        if self._writer is None:
+            path = self._segment_path(self._segment)
+            new = not path.exists()
+            self._writer = open(path, "ab")
+            if new:  # make the new file's directory entry durable too
+                dir_fd = os.open(self.segments_dir, os.O_RDONLY)
+                try:
+                    os.fsync(dir_fd)
+                finally:
+                    os.close(dir_fd)
+        return self._writer
+
+    # --- reading and confirming --------------------------------------------------------------------
+    def pending(self, limit: int | None = None) -> list[Record]:
+        """The oldest unsent records, in order (at most `limit`)."""
+        records = []
+        for record in self.iter_pending():
+            if limit is not None and len(records) >= limit:
+                break
+            records.append(record)
+        return records
+
+    def iter_pending(self):
+        """Unsent records in order, read as they are consumed."""
+        return self._scan(self.sent_position, with_bodies=True)
+
+    def mark_sent(self, records: list[Record]) -> None:
+        if not records:
+            return
+        with self._lock:
+            self.sent_position = records[-1].end
+            self.sent_count += len(records)
+            self.pending_count -= len(records)
+            _write_json_atomically(self.root / "checkpoint.json", {
+                "segment": self.sent_position.segment, "offset": self.sent_position.offset, "sent": self.sent_count})
+            for number in self._segment_numbers():
+                if number < self.sent_position.segment:
+                    self._segment_path(number).unlink(missing_ok=True)
+
+    def _scan(self, start: Position, with_bodies: bool):
+        for number in self._segment_numbers():
+            if number < start.segment:
+                continue
+            offset = start.offset if number == start.segment else 0
+            path = self._segment_path(number)
+            with open(path, "rb") as handle:
+                handle.seek(offset)
+                while True:
+                    line = handle.readline()
+                    if not line.endswith(b"\n"):
+                        break  # end, or a header torn by a crash
+                    try:
+                        header = json.loads(line)
+                    except ValueError:
+                        break
+                    length = header.pop("length")
+                    if with_bodies:
+                        body = handle.read(length)
+                        if len(body) < length:
+                            break
+                    else:
+                        body = b""
+                        handle.seek(length, os.SEEK_CUR)
+                    if handle.read(1) != b"\n":
+                        break
+                    yield Record(body=body, end=Position(number, handle.tell()), **header)
+
+    # --- files ------------------------------------------------------------------------------------
+    def _segment_path(self, number: int) -> Path:
+        return self.segments_dir / f"{number:08d}.spool"
+
+    def _segment_numbers(self) -> list[int]:
+        return sorted(int(p.stem) for p in self.segments_dir.glob("*.spool") if p.stem.isdigit())
+
+    def _read_checkpoint(self) -> dict:
+        path = self.root / "checkpoint.json"
+        if path.is_file():
+            return json.loads(path.read_text())
+        return {"segment": 1, "offset": 0, "sent": 0}
+
+    def read_json(self, name: str) -> dict | None:
+        path = self.root / name
+        try:
+            return json.loads(path.read_text()) if path.is_file() else None
+        except ValueError:
+            return None
+
+    def write_json(self, name: str, value: dict) -> None:
+        _write_json_atomically(self.root / name, value)
+
+
+def _write_json_atomically(path: Path, value: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as handle:
+        json.dump(value, handle)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)

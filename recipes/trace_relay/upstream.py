@@ -1,0 +1,241 @@
+"""W&B as the relay reaches it, and the forwarder that sends a spool there in order.
+
+The relay authenticates with ITS OWN key (WANDB_API_KEY, or the netrc entry for the upstream host): what a
+client sent as auth is never stored, so a spool holds no secret and can be uploaded from any machine.
+Delivery is at least once: a record whose answer was lost is sent again (W&B keys calls by id and objects
+by digest, so a repeat lands on the same row).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import time
+from dataclasses import dataclass, field
+
+import httpx
+
+from recipes.credentials import wandb_api_key
+from recipes.trace_relay import protocol
+from recipes.trace_relay.spool import Record, Spool
+
+logger = logging.getLogger(__name__)
+
+SAAS_BASE_URL = "https://api.wandb.ai"
+SAAS_TRACE_URL = "https://trace.wandb.ai"
+MAX_BATCH_CALLS = 1000  # weave's own limit per calls/complete request
+MAX_BATCH_BYTES = 10 * 1024 * 1024  # below weave's 31 MiB
+_PROJECT_QUERY = ("query Project($name: String!, $entityName: String!) "
+                  "{ project(name: $name, entityName: $entityName) { name } }")
+_UPSERT_PROJECT = ("mutation UpsertModel($name: String!, $entity: String!) { upsertModel(input: { name: $name, "
+                   "entityName: $entity }) { model { name } } }")
+
+
+# the client's auth is replaced by the relay's; hop-by-hop and transport headers belong to each connection
+_NOT_FORWARDED = frozenset({"authorization", "host", "content-length", "connection", "keep-alive", "transfer-encoding",
+                            "te", "upgrade", "accept-encoding", "proxy-authorization", "proxy-connection"})
+
+
+class UpstreamDown(RuntimeError):
+    """W&B did not answer, or answered 429/5xx: try again later."""
+
+
+class UpstreamRefused(RuntimeError):
+    """W&B refused the relay's credentials or the project: nothing will go through until that is fixed."""
+
+
+@dataclass
+class Upstream:
+    base_url: str
+    trace_url: str
+    api_key: str = field(repr=False)
+    timeout_s: float = 30.0
+    _http: httpx.Client | None = field(default=None, init=False, repr=False)
+
+    @classmethod
+    def from_env(cls, base_url: str | None = None, trace_url: str | None = None) -> Upstream:
+        """W&B at `base_url` (default WANDB_BASE_URL, else W&B's cloud); its trace server as weave finds it."""
+        base = (base_url or os.environ.get("WANDB_BASE_URL") or SAAS_BASE_URL).rstrip("/")
+        trace = (trace_url or (None if base_url else os.environ.get("WF_TRACE_SERVER_URL"))
+                 or (SAAS_TRACE_URL if base == SAAS_BASE_URL else base + protocol.TRACE_PREFIX)).rstrip("/")
+        key = wandb_api_key(base_url=base)
+        if not key:
+            raise UpstreamRefused(f"no W&B credentials for {base}: export WANDB_API_KEY=... (or `wandb login "
+                                  f"--host {base}`)")
+        return cls(base, trace, key)
+
+    def request(self, method: str, url: str, body: bytes = b"", headers: dict[str, str] | None = None,
+                timeout_s: float | None = None) -> httpx.Response:
+        if self._http is None:  # one pool: forwarding reuses its connections to W&B
+            self._http = httpx.Client(auth=("api", self.api_key), timeout=self.timeout_s)
+        headers = {k: v for k, v in (headers or {}).items() if k.lower() not in _NOT_FORWARDED}
+        try:
+            return self._http.request(method, url, content=body or None, headers=headers,
+                                      timeout=timeout_s or self.timeout_s)
+        except httpx.HTTPError as err:
+            raise UpstreamDown(f"{url}: {type(err).__name__}: {err}") from err
+
+    def trace_url_for(self, path: str) -> str:
+        """W&B's URL for a path the client sent to the relay's `/traces` mount (query string kept)."""
+        return self.trace_url + (path.removeprefix(protocol.TRACE_PREFIX)
+                                 if path.startswith(protocol.TRACE_PREFIX + "/") else path)
+
+    def graphql(self, query: str, variables: dict) -> dict:
+        response = self.request("POST", self.base_url + protocol.GRAPHQL_PATH,
+                                json.dumps({"query": query, "variables": variables}).encode(),
+                                {"content-type": "application/json"})
+        _raise_for(response, "GraphQL")
+        payload = response.json()
+        if payload.get("errors"):
+            raise UpstreamRefused(f"W&B GraphQL error: {payload['errors']}")
+        return payload.get("data") or {}
+
+    def ensure_project(self, project_id: str) -> None:
+        """Create entity/project on W&B if missing: a spool sent later (offline run) may be its first use."""
+        entity, project = project_id.split("/", 1)
+        if (self.graphql(_PROJECT_QUERY, {"name": project, "entityName": entity}).get("project")) is None:
+            self.graphql(_UPSERT_PROJECT, {"name": project, "entity": entity})
+
+
+def _raise_for(response: httpx.Response, what: str) -> None:
+    if response.status_code in (401, 403):
+        raise UpstreamRefused(f"W&B refused {what} ({response.status_code}): {response.text[:300]}")
+    if response.status_code == 429 or response.status_code >= 500:
+        raise UpstreamDown(f"W&B answered {what} with {response.status_code}: {response.text[:300]}")
+
+
+class DigestMap:
+    """Digests the relay answered with that W&B computed differently (values holding refs, see protocol),
+    kept in the spool so later records, and a later upload, point at what W&B actually stored."""
+
+    _REF = re.compile(rb'weave:///[^"\s\\]+')
+    _TOKEN = re.compile(rb"(?<=[:/])[A-Za-z0-9]{20,}(?=/|$)")
+
+    def __init__(self, spool: Spool) -> None:
+        self.spool = spool
+        self.map: dict[str, str] = spool.read_json("digests.json") or {}
+
+    def learn(self, local: str | None, real: str | None) -> None:
+        if local and real and local != real and self.map.get(local) != real:
+            self.map[local] = real
+            self.spool.write_json("digests.json", self.map)
+
+    def rewrite(self, body: bytes) -> bytes:
+        if not self.map:
+            return body
+        table = {k.encode(): v.encode() for k, v in self.map.items()}
+        return self._REF.sub(lambda ref: self._TOKEN.sub(lambda t: table.get(t[0], t[0]), ref[0]), body)
+
+
+@dataclass
+class SendResult:
+    sent: int = 0
+    rejected: int = 0
+
+
+class Forwarder:
+    """Sends a spool's records to W&B in order; consecutive calls/complete records go as one request."""
+
+    def __init__(self, spool: Spool, upstream: Upstream) -> None:
+        self.spool = spool
+        self.upstream = upstream
+        self.digests = DigestMap(spool)
+        self._projects_ready: set[str] = set()
+        self.rejected_total = 0
+
+    def send_some(self) -> SendResult:
+        """Send the next group of records. Raises UpstreamDown / UpstreamRefused, leaving them pending."""
+        pending = self.spool.iter_pending()
+        try:
+            group, merged = _leading_group(pending)
+        finally:
+            pending.close()
+        if not group:
+            return SendResult()
+        for project_id in {r.project_id for r in group if r.project_id} - self._projects_ready:
+            self.upstream.ensure_project(project_id)
+            self._projects_ready.add(project_id)
+        if len(group) > 1:
+            response = self._post(group[0], json.dumps({"batch": merged}).encode())
+            if response.status_code < 400:
+                self.spool.mark_sent(group)
+                return SendResult(sent=len(group))
+            group = group[:1]  # W&B refused the merged request: find the record it refuses, one at a time
+        record = group[0]
+        response = self._post(record, record.body)
+        if response.status_code < 400:
+            self._learn_digests(record, response)
+            self.spool.mark_sent(group)
+            return SendResult(sent=1)
+        self._reject(record, response)
+        self.spool.mark_sent(group)
+        return SendResult(rejected=1)
+
+    def _post(self, record: Record, body: bytes) -> httpx.Response:
+        if record.content_type.startswith("application/json"):
+            body = self.digests.rewrite(body)
+        headers = {**record.headers, "content-type": record.content_type}
+        response = self.upstream.request("POST", self.upstream.trace_url_for(record.route), body, headers)
+        _raise_for(response, record.route)
+        return response
+
+    def _learn_digests(self, record: Record, response: httpx.Response) -> None:
+        if not record.digest:
+            return
+        answer = response.json()
+        self.digests.learn(record.digest, answer.get("digest"))
+        for local, real in zip(record.row_digests, answer.get("row_digests") or [], strict=False):
+            self.digests.learn(local, real)
+
+    def _reject(self, record: Record, response: httpx.Response) -> None:
+        """W&B will never take this record (4xx): keep it beside the spool, say so, and go on with the rest."""
+        self.rejected_total += 1
+        reason = f"{response.status_code} {response.text[:500]}"
+        logger.error("W&B rejected a %s request (%s); kept in %s", record.route, reason,
+                     self.spool.root / "rejected.spool")
+        record.headers = {**record.headers, "x-relay-rejected": reason}
+        with open(self.spool.root / "rejected.spool", "ab") as handle:
+            handle.write(record.header_line() + record.body + b"\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    def drain(self, deadline: float, should_stop=lambda: False) -> str | None:
+        """Send until nothing is pending or the deadline passes, retrying while W&B is down. Returns why it
+        stopped early (the last error), or None when everything is sent."""
+        backoff, error = 0.5, None
+        while self.spool.pending_count > 0 and not should_stop():
+            try:
+                self.send_some()
+                backoff, error = 0.5, None
+            except UpstreamRefused as err:
+                return str(err)
+            except UpstreamDown as err:
+                error = str(err)
+                if time.monotonic() + backoff > deadline:
+                    return error
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 15.0)
+            if time.monotonic() > deadline:
+                break
+        return error if self.spool.pending_count else None
+
+
+def _leading_group(pending) -> tuple[list[Record], list]:
+    """The next record, plus the calls/complete records right after it for the same project within weave's
+    batch limits, and (for those) their calls as one batch."""
+    first = next(pending, None)
+    if first is None or not protocol.CALLS_COMPLETE.fullmatch(first.route):
+        return ([first] if first else []), []
+    group, merged, size = [first], json.loads(first.body)["batch"], len(first.body)
+    for record in pending:
+        size += len(record.body)
+        if record.route != first.route or size > MAX_BATCH_BYTES:
+            break
+        items = json.loads(record.body)["batch"]
+        if len(merged) + len(items) > MAX_BATCH_CALLS:
+            break
+        group.append(record)
+        merged.extend(items)
+    return group, merged

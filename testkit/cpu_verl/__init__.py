@@ -1,0 +1,13 @@
+"""verl 0.9.1's real trainer (`python -m verl.trainer.main_ppo`) on a machine without a GPU: CPU stand-ins for
+the parts verl only ships for accelerators, plugged in through verl's own extension points (no verl source is
+changed or patched). Used by scripts/smoke_cpu.sh (config/profile/cpu_smoke.yaml).
+
+- plugin.py        VERL_USE_EXTERNAL_MODULES target: registers the two below in every process
+- platform.py      the "cpu" platform (stands in for verl's CUDA platform plugin)
+- rollout.py       the "hf_cpu" rollout backend (stands in for verl's SGLang replica and trainer-side adapter)
+- server.py        its per-replica server actor (stands in for SGLang's server), generation.py its token loop
+- steering.py      the one departure from an LLM: some first turns are written as a tool call
+- worker_setup.py  actor_rollout_ref.model.external_lib target: gloo process group, registers engine.py
+- engine.py        verl's FSDP2 engine registered for device "cpu"
+- trace_fault.py   the failing-weave.init variant: one chosen agent-loop worker's weave points at a closed port
+"""

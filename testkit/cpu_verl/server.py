@@ -1,0 +1,160 @@
+"""Stand-in for verl's SGLang rollout server actor (`SGLangHttpServer` in
+verl/workers/rollout/sglang_rollout/async_sglang_server.py): one Ray actor per rollout replica that verl's agent
+loop calls token-in, token-out, here generating with the Hugging Face model on the CPU.
+
+What it keeps of SGLang's contract with verl:
+- `generate(prompt_ids, sampling_params, request_id, ...) -> TokenOutput` with the response token ids, their
+  log-probs when `sampling_params["logprobs"]`, a finish reason and `extra_fields["global_steps"]` (the weights
+  version); SGLang's length rule (an explicit max_new_tokens/max_tokens, else
+  min(response_length, prompt_length + response_length - len(prompt_ids)));
+  stops at the model's EOS tokens and at `stop_token_ids` (what verl's tool parsers add), the stop token included.
+- weights arrive from the trainer (testkit.cpu_verl.rollout.CpuRolloutAdapter) after every actor update; each
+  load records the weights version and a checksum (`record`), the smoke test's evidence that training changed
+  the weights and that a resumed run starts from the saved ones.
+- sleep/wake_up, KV-cache release/resume, abort/resume, profiling: no-ops (no accelerator memory to free).
+
+The one departure, the steering of some first turns into a tool call, is testkit.cpu_verl.steering.
+Generation runs in a thread, one request at a time per replica, so control calls stay answered meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+from typing import Any
+
+import torch
+
+from testkit.cpu_verl.generation import Sampling, generate
+from testkit.cpu_verl.steering import forced_tool_call, is_first_turn, prompt_key
+
+# Each event is printed and, when this variable names a file, appended to it as one JSON line: the smoke
+# test's evidence (Ray's forwarding of actor prints to the driver log is best-effort).
+EVENTS_ENV = "CPU_ROLLOUT_EVENTS"
+
+
+def record(event: str, **fields) -> None:
+    """e.g. {"event": "weights", "replica": 0, "version": 2, "params": 9798208, "sum": 283.61, "sha256": "..."}"""
+    line = json.dumps({"event": event, **fields})
+    print(f"[cpu-rollout] {line}", flush=True)
+    path = os.environ.get(EVENTS_ENV)
+    if path:
+        with open(path, "a") as f:  # one short write per line: appends from several servers do not interleave
+            f.write(line + "\n")
+
+
+def weights_checksum(model: torch.nn.Module) -> tuple[int, float, str]:
+    """(parameter count, float64 sum, sha256 of the bytes) over the model's parameters in name order."""
+    digest, total, count = hashlib.sha256(), 0.0, 0
+    for name, param in sorted(model.named_parameters()):
+        data = param.detach().to(torch.float32).contiguous()
+        digest.update(name.encode())
+        digest.update(data.numpy().tobytes())
+        total += float(data.double().sum())
+        count += data.numel()
+    return count, total, digest.hexdigest()[:16]
+
+
+class CpuRolloutServer:
+    def __init__(self, config, model_config, replica_rank: int, steering=None) -> None:
+        from transformers import AutoModelForCausalLM
+        from verl.utils.config import omega_conf_to_dataclass
+        from verl.workers.config import HFModelConfig
+
+        torch.set_num_threads(1)  # the trainer ranks need the cores more; one request at a time anyway
+        self.config = omega_conf_to_dataclass(config)
+        self.model_config = omega_conf_to_dataclass(model_config, dataclass_type=HFModelConfig)
+        self.replica_rank = replica_rank
+        self.steering = steering
+        self.global_steps = None
+        hf_config = self.model_config.hf_config
+        if self.config.load_format == "dummy":  # as SGLang: random weights until the first sync from the trainer
+            self.model = AutoModelForCausalLM.from_config(hf_config, torch_dtype=torch.float32)
+        else:
+            self.model = AutoModelForCausalLM.from_pretrained(self.model_config.local_path, torch_dtype=torch.float32)
+        self.model.eval()
+        self.tokenizer = self.model_config.tokenizer
+        self.eos_ids = _eos_ids(self.model_config, self.tokenizer)
+        self.generator = torch.Generator().manual_seed(self.config.seed + replica_rank)
+        self._lock = asyncio.Lock()
+
+    # ---- generation ---------------------------------------------------------------------------------------
+    async def generate(self, prompt_ids, sampling_params: dict[str, Any], request_id: str, image_data=None,
+                       video_data=None, **kwargs):
+        from verl.workers.rollout.replica import TokenOutput
+
+        if image_data or video_data or kwargs.get("audio_data"):
+            raise NotImplementedError("the CPU rollout server is text-only")
+        params = dict(sampling_params)
+        prompt_ids = list(prompt_ids)
+        max_new_tokens = self._max_new_tokens(params, len(prompt_ids))
+        stop_ids = set(self.eos_ids) | set(params.get("stop_token_ids") or [])
+        forced = await self._steer(prompt_ids)
+        async with self._lock:
+            out = await asyncio.to_thread(generate, self.model, prompt_ids, max_new_tokens,
+                                          Sampling.from_params(params), stop_ids, self.generator, forced)
+        return TokenOutput(token_ids=out.token_ids, log_probs=out.log_probs if params.get("logprobs") else None,
+                           stop_reason=out.stop_reason, extra_fields={"global_steps": self.global_steps})
+
+    def _max_new_tokens(self, params: dict, prompt_len: int) -> int:
+        for key in ("max_new_tokens", "max_tokens"):
+            if key in params:
+                return max(0, int(params[key]))
+        return max(0, min(self.config.response_length,
+                          self.config.prompt_length + self.config.response_length - prompt_len))
+
+    async def _steer(self, prompt_ids: list[int]) -> list[int]:
+        if self.steering is None:
+            return []
+        text = self.tokenizer.decode(prompt_ids)
+        call = forced_tool_call(text) if is_first_turn(text) else None
+        if call is None or not await self.steering.claim.remote(prompt_key(prompt_ids), self.global_steps):
+            return []
+        record("steered_tool_call", replica=self.replica_rank, version=self.global_steps, call=call)
+        end = self.tokenizer.eos_token_id if self.tokenizer.eos_token_id is not None else self.eos_ids[0]
+        return self.tokenizer.encode(call, add_special_tokens=False) + [end]  # the turn ends as the model's would
+
+    # ---- weights ------------------------------------------------------------------------------------------
+    async def load_weights(self, state_dict: dict[str, torch.Tensor], global_steps=None) -> None:
+        async with self._lock:  # never swap weights under a running request
+            missing, unexpected = self.model.load_state_dict(state_dict, strict=False)
+            tied = {"lm_head.weight"} if self.model.config.tie_word_embeddings else set()
+            if unexpected or set(missing) - tied:
+                raise RuntimeError(f"weights from the trainer do not fit the rollout model: missing "
+                                   f"{sorted(set(missing) - tied)}, unexpected {sorted(unexpected)}")
+            if tied:
+                self.model.tie_weights()
+            self.global_steps = global_steps
+            count, total, digest = weights_checksum(self.model)
+        record("weights", replica=self.replica_rank, version=global_steps, params=count, sum=total, sha256=digest)
+
+    async def set_global_steps(self, global_steps: int) -> None:
+        self.global_steps = global_steps
+
+    # ---- what verl calls around generation: nothing to do without accelerator memory ---------------------------
+    async def wake_up(self) -> None: ...
+    async def sleep(self) -> None: ...
+    async def clear_kv_cache(self) -> None: ...
+    async def release_kv_cache(self) -> None: ...
+    async def resume_kv_cache(self) -> None: ...
+    async def abort_all_requests(self, reject_request: bool = False) -> None: ...
+    async def resume_generation(self) -> None: ...
+    async def start_profile(self, **kwargs) -> None: ...
+    async def stop_profile(self) -> None: ...
+
+    def get_server_address(self) -> str:
+        return f"cpu-rollout-replica-{self.replica_rank}"  # no HTTP server: a unique key for verl's load balancer
+
+
+def _eos_ids(model_config, tokenizer) -> list[int]:
+    """The model's EOS tokens, as SGLang reads them: generation_config first, then the tokenizer's."""
+    ids = []
+    for source in (getattr(model_config.generation_config, "eos_token_id", None), tokenizer.eos_token_id):
+        for token in source if isinstance(source, list) else [source]:
+            if token is not None and token not in ids:
+                ids.append(int(token))
+    if not ids:
+        raise ValueError(f"{model_config.local_path}: no EOS token in generation_config or tokenizer")
+    return ids

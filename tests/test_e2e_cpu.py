@@ -1,0 +1,272 @@
+"""verl's real `main_ppo`, end to end on the CPU: scripts/smoke_cpu.sh (the recipe's launcher, preflight and config
+with PROFILE=cpu_smoke) trains two GRPO steps, validates, checkpoints, resumes into a third step and writes the
+reports. One run (about 5 minutes on 2 cores) in a subprocess; each test reads one kind of evidence it left:
+logs with step metrics, the rollout servers' weight checksums, dumps, checkpoints, reports.
+
+Select or skip it with `-m e2e` / `-m "not e2e"`. CPU_SMOKE_TIMEOUT (seconds) bounds the whole run;
+CPU_SMOKE_REUSE=<work dir printed by an earlier run> re-reads that run's evidence instead of running; extra hydra
+overrides for both launches can be given in CPU_SMOKE_OVERRIDES (space-separated), other knobs through the
+environment (e.g. TRACE, LOGGER), as scripts/smoke_cpu.sh takes them.
+
+The stand-ins (testkit/cpu_verl) are the platform, the FSDP2 engine registration and the rollout server; the
+server writes a calculator call in one of every two first turns of a prompt (a random model never does), and
+everything else (agent loop, tools, reward, GRPO, FSDP2 update, checkpoint, resume) is verl's and the recipe's.
+Tracing is on, against a W&B stand-in on 127.0.0.1 (testkit/weave_http_server.py), with agent-loop worker
+UNTRACED_WORKER's weave.init made to fail (testkit/cpu_verl/trace_fault.py): the other worker's traces must all
+arrive, and the run must train on.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from recipes.constants import REPO_ROOT
+from testkit.cpu_verl.trace_fault import UNTRACED_WORKER_ENV
+
+SMOKE_TIMEOUT = int(os.environ.get("CPU_SMOKE_TIMEOUT", "900"))
+REUSE_ENV = "CPU_SMOKE_REUSE"  # the work dir of an earlier run of this module: its evidence is read, nothing runs
+TRACE_CALLS_FILE = "trace_calls.json"  # what the loopback W&B received, kept beside the run's logs
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(SMOKE_TIMEOUT + 120)]
+
+ROLLOUT_N, PROMPTS_PER_STEP, VAL_PROMPTS = 2, 4, 4  # config/profile/cpu_smoke.yaml and the smoke's data sizes
+AGENT_WORKERS, UNTRACED_WORKER = 2, 0  # rollout.agent.num_workers; the worker whose weave.init fails
+TRACE_PROMPTS_PER_WORKER = 2  # rollout.trace.max_samples_per_step_per_worker (the recipe's)
+TRAIN_STEPS, VAL_STEPS = (1, 2, 3), (0, 2, 3)  # generate_sequences calls: training steps, validations
+# what the smoke sets per run (or a user's shell might carry into it); anything else passes on (TRACE, LOGGER, ...)
+_NOT_PASSED_ON = ("RAY_", "VERL_", "WORK_DIR", "OUTPUT_DIR", "PROFILE", "DATA_DIR", "MODEL_PATH", "GSM8K_DIR",
+                  "RESUME_CHECK", "TRAIN_ROWS", "TEST_ROWS", "EXPERIMENT_NAME", "SUBMIT", "RECIPE_RESOLVED", "DRY_RUN",
+                  "N_GPUS_PER_NODE", "NNODES", "TOOL_SET", "CPU_ROLLOUT_EVENTS", "WANDB_", "WF_", "WEAVE_",
+                  "GSM8K_RECIPE_TRACE_", UNTRACED_WORKER_ENV)
+_METRIC = re.compile(r"(\S+?):(?:np\.\w+\()?(-?(?:\d+\.?\d*(?:e[-+]?\d+)?|nan|inf))\)?(?: - |$)")
+_STEP_LINE = re.compile(r"\bstep:(\d+) - (.*)$")
+_CALL = re.compile(r'<tool_call>\n(\{.*?\})\n</tool_call>.*?<tool_response>\n(.*?)\n</tool_response>', re.DOTALL)
+
+
+@dataclass
+class Launch:
+    log: str
+    events: list[dict]
+    metrics: dict[int, dict[str, float]] = field(default_factory=dict)
+
+    def weights(self) -> dict[int, set[tuple[str, float]]]:
+        """weights version -> {(sha256, sum)} over the replicas that loaded it."""
+        out: dict[int, set] = {}
+        for e in self.events:
+            if e["event"] == "weights":
+                out.setdefault(e["version"], set()).add((e["sha256"], e["sum"]))
+        return out
+
+
+@dataclass
+class Smoke:
+    output: Path
+    stdout: str
+    wall_s: float
+    train: Launch
+    resume: Launch
+    calls: list[dict]  # every trace call the loopback W&B received, both launches
+
+
+def _step_metrics(log: str) -> dict[int, dict[str, float]]:
+    steps: dict[int, dict[str, float]] = {}
+    for line in log.splitlines():
+        match = _STEP_LINE.search(line)
+        if match:
+            steps.setdefault(int(match.group(1)), {}).update(
+                {k: float(v) for k, v in _METRIC.findall(match.group(2) + " - ")})
+    return steps
+
+
+def _launch(output: Path, name: str) -> Launch:
+    log = (output / "logs" / f"{name}.log").read_text(errors="replace")
+    events_file = output / "logs" / f"{name}.rollout_events.jsonl"
+    events = [json.loads(line) for line in events_file.read_text().splitlines()] if events_file.exists() else []
+    return Launch(log=log, events=events, metrics=_step_metrics(log))
+
+
+def _kill_session(sid: int) -> None:
+    """Everything the smoke started (Ray's processes included) runs in its own session."""
+    for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()):
+        try:
+            if os.getsid(pid) == sid:
+                os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory, shared_gsm8k_dir_or_mini) -> Smoke:
+    """The one smoke run every test reads, tracing on against a loopback W&B for both launches; agent-loop
+    worker UNTRACED_WORKER's weave.init is made to fail (testkit/cpu_verl/trace_fault.py)."""
+    from testkit.weave_http_server import loopback_wandb
+
+    if os.environ.get(REUSE_ENV):  # re-read a finished run's evidence (while editing these tests)
+        work = Path(os.environ[REUSE_ENV])
+        return _smoke(work, (work / "stdout.log").read_text(), wall_s=float("nan"))
+
+    work = tmp_path_factory.mktemp("cpu_smoke")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_NOT_PASSED_ON)}
+    env.update(PYTHON=sys.executable, WORK_DIR=str(work), GSM8K_DIR=str(shared_gsm8k_dir_or_mini), TRACE="on",
+               WANDB_ERROR_REPORTING="false", **{UNTRACED_WORKER_ENV: str(UNTRACED_WORKER)})
+    args = shlex.split(os.environ.get("CPU_SMOKE_OVERRIDES", ""))
+    with loopback_wandb() as wandb:
+        env.update(wandb.env)
+        start = time.monotonic()
+        proc = subprocess.Popen(["bash", str(REPO_ROOT / "scripts" / "smoke_cpu.sh"), *args], env=env, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+        try:
+            stdout, _ = proc.communicate(timeout=SMOKE_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            _kill_session(proc.pid)
+            stdout, _ = proc.communicate()
+            pytest.fail(f"scripts/smoke_cpu.sh ran past {SMOKE_TIMEOUT} s (CPU_SMOKE_TIMEOUT); last output:\n"
+                        f"{stdout[-4000:]}")
+        finally:
+            _kill_session(proc.pid)
+        wall_s = time.monotonic() - start
+        # each worker flushed weave at the end of every generate_sequences: everything is here by now
+        calls = wandb.storage.recorded_calls()
+    output = work / "outputs"
+    (work / "stdout.log").write_text(stdout)
+    (output / "logs").mkdir(parents=True, exist_ok=True)
+    (output / "logs" / TRACE_CALLS_FILE).write_text(json.dumps(calls, default=str))
+    assert proc.returncode == 0, f"scripts/smoke_cpu.sh failed ({proc.returncode}); last output:\n{stdout[-6000:]}"
+    print(f"\n[cpu smoke] scripts/smoke_cpu.sh took {wall_s:.0f} s ({work})", file=sys.stderr)
+    return _smoke(work, stdout, wall_s)
+
+
+def _smoke(work: Path, stdout: str, wall_s: float) -> Smoke:
+    output = work / "outputs"
+    calls = json.loads((output / "logs" / TRACE_CALLS_FILE).read_text())
+    return Smoke(output=output, stdout=stdout, wall_s=wall_s, train=_launch(output, "train"),
+                 resume=_launch(output, "resume"), calls=calls)
+
+
+@pytest.fixture(scope="module")
+def shared_gsm8k_dir_or_mini(repo_root) -> Path:
+    shared = repo_root.parent / "shared" / "data" / "gsm8k"
+    return shared if (shared / "train.jsonl").is_file() else repo_root / "tests" / "fixtures" / "gsm8k_mini"
+
+
+def test_two_grpo_steps_update_the_actor_with_nonzero_advantages_and_the_kl_loss(smoke):
+    steps = smoke.train.metrics
+    assert {1, 2} <= set(steps), f"no step metrics for steps 1 and 2 in logs/train.log: {sorted(steps)}"
+    for step in (1, 2):
+        m = steps[step]
+        # the reward varies within GRPO groups (the tool-call bonus), so advantages and gradients are not zero
+        assert m["critic/advantages/max"] > 0 > m["critic/advantages/min"], m
+        assert m["actor/grad_norm"] > 0 and m["actor/pg_loss"] != 0, m
+        assert "actor/kl_loss" in m and "timing_s/ref" in m  # the reference model ran: KL loss on
+        assert m["critic/score/max"] > m["critic/score/min"], m
+        # the rollout's log-probs are the actor's: the CPU server scores tokens with the same model
+        assert m["training/rollout_probs_diff_max"] < 1e-3, m
+
+
+def test_the_weights_the_rollout_receives_change_every_step_and_start_from_the_model_on_disk(smoke):
+    from transformers import AutoModelForCausalLM
+
+    from testkit.cpu_verl.server import weights_checksum
+
+    weights = smoke.train.weights()
+    assert sorted(weights) == [0, 1, 2], f"weight versions loaded by the rollout servers: {sorted(weights)}"
+    for version, seen in weights.items():
+        assert len(seen) == 1, f"the replicas disagree on the weights of step {version}: {seen}"
+    (v0,), (v1,), (v2,) = weights[0], weights[1], weights[2]
+    assert len({v0[0], v1[0], v2[0]}) == 3 and v0[1] != v1[1] != v2[1], (v0, v1, v2)
+    model = AutoModelForCausalLM.from_pretrained(str(smoke.output.parent / "model"))
+    assert weights_checksum(model)[2] == v0[0]  # the first sync carries the actor's initial weights
+    replicas = {e["replica"] for e in smoke.train.events if e["event"] == "weights"}
+    assert replicas == {0, 1}
+
+
+def test_the_agent_loop_calls_the_recipes_calculator_and_the_reward_pays_for_it(smoke):
+    steered = [e for e in smoke.train.events if e["event"] == "steered_tool_call"]
+    assert {e["replica"] for e in steered} == {0, 1}, "both rollout replicas served first turns"
+    records = [json.loads(line) for step in (1, 2) for line in (smoke.output / "rollouts" / f"{step}.jsonl").open()]
+    assert len(records) == 2 * PROMPTS_PER_STEP * ROLLOUT_N
+    calls = 0
+    for record in records:
+        made = _CALL.findall(record["output"])
+        for call, response in made:  # the tool really ran: its answer is the sum the call asked for
+            a, b = json.loads(call)["arguments"]["expression"].split(" + ")
+            assert math.isclose(float(response), float(a) + float(b)), (call, response)
+        calls += len(made)
+        assert record["num_tool_calls"] == len(made) and record["score"] == pytest.approx(0.1 * bool(made))
+    assert calls == len(records) // ROLLOUT_N  # one steered first turn per GRPO pair
+    # two agent-loop workers each ran part of every batch (their outputs were concatenated)
+    assert len(set(re.findall(r"\((?:Traced)?AgentLoopWorker pid=(\d+)\)", smoke.train.log))) >= AGENT_WORKERS
+
+
+def test_rollout_and_validation_dumps_and_the_reports_are_written(smoke):
+    for step in (1, 2, 3):
+        assert len((smoke.output / "rollouts" / f"{step}.jsonl").read_text().splitlines()) == \
+            PROMPTS_PER_STEP * ROLLOUT_N
+    for step in (0, 2, 3):
+        lines = (smoke.output / "validation" / f"{step}.jsonl").read_text().splitlines()
+        assert len(lines) == VAL_PROMPTS and all("score" in json.loads(line) for line in lines)
+    report = (smoke.output / "report" / "report.md").read_text()
+    assert "## train rollouts: steps 1-3" in report and (smoke.output / "report" / "steps.png").stat().st_size > 0
+    summary = json.loads((smoke.output / "validation" / "summary.json").read_text())
+    assert summary["step"] == 3 and summary["answers"] == VAL_PROMPTS
+    assert re.search(r"^RESULT strict_acc=\S+ flexible_acc=\S+ tool_calls_per_answer=\S+$", smoke.stdout, re.M)
+
+
+def test_a_second_launch_resumes_from_the_checkpoint_into_step_three(smoke):
+    checkpoints = smoke.output / "checkpoints"
+    assert (checkpoints / "global_step_2" / "actor").is_dir()
+    assert (checkpoints / "latest_checkpointed_iteration.txt").read_text().strip() == "3"
+    assert sorted(smoke.resume.metrics) == [3], f"resumed launch logged steps {sorted(smoke.resume.metrics)}"
+    assert smoke.resume.metrics[3]["actor/grad_norm"] > 0
+    resumed = smoke.resume.weights()
+    # the resumed trainer's first sync sends exactly the weights the first launch ended with
+    assert resumed[2] == smoke.train.weights()[2], (resumed.get(2), smoke.train.weights()[2])
+    assert resumed[3] != resumed[2]
+    assert re.search(r"Resuming from \S*global_step_2", smoke.resume.log)
+    assert "Training from scratch" in smoke.train.log
+
+
+def test_every_trajectory_of_the_tracing_worker_arrives_with_its_reward_and_the_failing_worker_trains_untraced(smoke):
+    # the failing worker: its real weave.init failed in both launches, the recipe's guard turned its tracing off
+    for launch in (smoke.train, smoke.resume):
+        assert re.search(rf"\[cpu-smoke\] agent_loop_worker_{UNTRACED_WORKER}_\w+: weave pointed at closed port",
+                         launch.log), "the fault was not injected into the chosen agent-loop worker"
+        assert len(re.findall(r"Weave tracing is OFF for this run: weave\.init\(", launch.log)) == 1, \
+            "exactly one agent-loop worker's weave.init should fail"
+    # the tracing worker: verl hands each worker an equal slice of every generate_sequences batch, and the
+    # recipe traces up to TRACE_PROMPTS_PER_WORKER prompts of it (all their rollouts); validation has n=1
+    per_train = min(PROMPTS_PER_STEP // AGENT_WORKERS, TRACE_PROMPTS_PER_WORKER) * ROLLOUT_N
+    per_val = min(VAL_PROMPTS // AGENT_WORKERS, TRACE_PROMPTS_PER_WORKER)
+    made = per_train * len(TRAIN_STEPS) + per_val * len(VAL_STEPS)
+    roots = [c for c in smoke.calls if c["parent_id"] is None]
+    assert len(roots) == made, f"traced trajectories received {len(roots)}, made by the tracing worker {made}"
+    keys = {(c["attributes"].get("validate", False), c["attributes"]["step"], c["attributes"]["sample_index"],
+             c["attributes"]["rollout_n"]) for c in roots}
+    assert len(keys) == made, "a trajectory arrived twice or without its step / sample / rollout attributes"
+    by_phase = [(validate, step) for validate, step, _, _ in keys]
+    assert {step for validate, step in by_phase if not validate} == set(TRAIN_STEPS), by_phase
+    assert {step for validate, step in by_phase if validate} == set(VAL_STEPS), by_phase
+    for root in roots:  # whole: ended, with the recipe's reward in the root's output, every turn below it
+        assert root["ended"] and root["exception"] is None, root
+        reward = (root["output"] or {}).get("reward")
+        assert isinstance(reward, (int, float)) and not isinstance(reward, bool), root["output"]
+    ids = {c["id"] for c in smoke.calls}
+    assert all(c["ended"] and c["parent_id"] in ids for c in smoke.calls if c["parent_id"] is not None)
+    assert any(c["op_name"] and "execute" in c["op_name"] for c in smoke.calls), "no traced tool execution"
+    # the untraced worker's outputs were concatenated with the traced one's: every trajectory was trained on
+    for step in TRAIN_STEPS:
+        assert len((smoke.output / "rollouts" / f"{step}.jsonl").read_text().splitlines()) == \
+            PROMPTS_PER_STEP * ROLLOUT_N
+

@@ -1,0 +1,152 @@
+"""scripts/run_gsm8k_grpo.sh with its trace relay: DRY_RUN shows the relay command, a launch starts the relay,
+hands its URL to main_ppo's processes, stops it after main_ppo (also on SIGTERM) and says what is left.
+
+Real launcher, real relay, W&B as the loopback stand-in. What cannot run here is replaced by a `PYTHON` shim:
+main_ppo (GPU training) by a process that traces as an agent-loop worker does, and the preflight's GPU/driver
+checks are skipped (its config checks still run)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from recipes.constants import REPO_ROOT
+from testkit.launcher import launch
+from testkit.weave_http_server import API_KEY, loopback_wandb
+
+pytestmark = pytest.mark.timeout(400)
+CALLS = 20
+LAST_STEP_CALLS = 5  # traced by main_ppo's processes while they shut down
+
+MAIN_PPO_STAND_IN = """
+import os, signal, sys, time
+from recipes.tracing import use_trace_relay
+assert use_trace_relay(), "no trace relay in main_ppo's environment"  # as each agent-loop worker does
+import weave
+client = weave.init("launch-relay-test")
+
+def last_step(*_):  # the end of a step still in flight when training is stopped: traced and flushed
+    for i in range(int(os.environ["STAND_IN_LAST_STEP_CALLS"])):
+        client.finish_call(client.create_call("Rollout.last_step", {"i": i}), output={"reward": 0.0})
+    client.flush()
+    os._exit(128 + signal.SIGTERM)
+
+if os.environ.get("STAND_IN_TRAIN_FOREVER"):
+    signal.signal(signal.SIGTERM, last_step)
+for i in range(int(os.environ["STAND_IN_CALLS"])):
+    client.finish_call(client.create_call("Rollout.run", {"i": i}), output={"reward": 1.0})
+client.flush()  # the worker's per-step flush
+open(os.environ["STAND_IN_PID_FILE"], "w").write(str(os.getpid()))  # a step done
+if os.environ.get("STAND_IN_TRAIN_FOREVER"):
+    time.sleep(600)  # until the launcher passes on a SIGTERM
+os._exit(0)  # Ray's workers die without atexit
+"""
+
+
+def python_shim(tmp_path: Path) -> Path:
+    stand_in = tmp_path / "main_ppo_stand_in.py"
+    stand_in.write_text(MAIN_PPO_STAND_IN)
+    shim = tmp_path / "python"
+    shim.write_text(f"""#!/usr/bin/env bash
+if [ "$1 $2" = "-m verl.trainer.main_ppo" ]; then exec {shlex.quote(sys.executable)} {shlex.quote(str(stand_in))}; fi
+args=(); for a in "$@"; do [ "$a" = --launch ] || args+=("$a"); done  # no GPU here to check
+exec {shlex.quote(sys.executable)} "${{args[@]}}"
+""")
+    shim.chmod(0o755)
+    return shim
+
+
+def launch_env(tmp_path: Path, **env: str) -> dict[str, str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB", "WF_", "WEAVE", "TRACE"))}
+    return {**base, "PYTHON": str(python_shim(tmp_path)), "PROFILE": "1gpu_smoke", "TRACE": "on",
+            "OUTPUT_DIR": str(tmp_path / "run"), "STAND_IN_CALLS": str(CALLS), "WANDB_ERROR_REPORTING": "false",
+            "STAND_IN_PID_FILE": str(tmp_path / "main_ppo.pid"), "WEAVE_PRINT_CALL_LINK": "false", **env}
+
+
+def test_dry_run_prints_the_relay_it_would_start(prepared_data_dir):
+    traced = launch(prepared_data_dir, DRY_RUN="1", OUTPUT_DIR="/runs/a")
+    assert traced.returncode == 0, traced.stderr
+    relay = next(line for line in traced.stdout.splitlines() if line.startswith("# traces through the relay:"))
+    assert "-m recipes.trace_relay serve --spool /runs/a/trace_spool --url-file /runs/a/trace_relay.url" in relay
+    assert "--offline" not in relay
+    offline = launch(prepared_data_dir, DRY_RUN="1", OUTPUT_DIR="/runs/a", TRACE_RELAY="offline", WANDB_ENTITY="me")
+    assert ("serve --spool /runs/a/trace_spool --url-file /runs/a/trace_relay.url --offline --entity me"
+            in offline.stdout), offline.stderr
+    for env in ({"TRACE_RELAY": "off"}, {"TRACE": "off"}):  # no relay when asked for none, or nothing traces
+        proc = launch(prepared_data_dir, DRY_RUN="1", **env)
+        assert proc.returncode == 0 and "# traces through the relay" not in proc.stdout, proc.stderr
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"TRACE_RELAY": "maybe"}, "TRACE_RELAY must be auto, off or offline"),
+    ({"TRACE_RELAY": "offline"}, "TRACE_RELAY=offline needs WANDB_ENTITY"),
+    ({"TRACE_RELAY": "offline", "WANDB_ENTITY": "me", "SUBMIT": "ray"}, "TRACE_RELAY=offline runs on one node only"),
+])
+def test_dry_run_refuses_a_relay_that_cannot_work(prepared_data_dir, env, message):
+    proc = launch(prepared_data_dir, DRY_RUN="1", **env)
+    assert proc.returncode != 0 and message in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("ctrl_c", [False, True], ids=["sigterm", "ctrl_c"])
+def test_stopping_training_stops_main_ppo_then_the_relay_sends_everything(prepared_data_dir, tmp_path, ctrl_c):
+    """SIGTERM to the launcher (a scheduler), or SIGINT to its whole process group (Ctrl-C in a terminal, which
+    reaches the relay too): main_ppo is stopped, what it traces while stopping still goes through the relay."""
+    with loopback_wandb() as wandb:
+        env = launch_env(tmp_path, DATA_DIR=str(prepared_data_dir), STAND_IN_TRAIN_FOREVER="1",
+                         STAND_IN_LAST_STEP_CALLS=str(LAST_STEP_CALLS), **wandb.env)
+        launcher = subprocess.Popen(["bash", str(REPO_ROOT / "scripts" / "run_gsm8k_grpo.sh")], env=env,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            received = wandb.wait_for_calls(CALLS, timeout_s=240)
+            assert len(received) == CALLS, launcher.poll() or "the relay did not deliver"
+            pid_file = tmp_path / "main_ppo.pid"
+            while not pid_file.exists() and launcher.poll() is None:  # its step's flush has returned
+                time.sleep(0.1)
+            if ctrl_c:
+                os.killpg(launcher.pid, signal.SIGINT)
+            else:
+                launcher.send_signal(signal.SIGTERM)
+            stdout, stderr = launcher.communicate(timeout=180)
+            received = wandb.storage.complete_call_ids()
+        finally:
+            if launcher.poll() is None:
+                os.killpg(launcher.pid, signal.SIGKILL)
+    made = CALLS + LAST_STEP_CALLS
+    print(f"launch through the relay, stopped by {'Ctrl-C' if ctrl_c else 'SIGTERM'}: {made} calls made, "
+          f"{len(received)} received")
+    assert len(received) == made, stderr
+    assert launcher.returncode == 128 + signal.SIGTERM, stderr  # main_ppo's own status: it was terminated
+    pid = int((tmp_path / "main_ppo.pid").read_text())
+    assert not Path(f"/proc/{pid}").exists()  # the launcher passed the signal on to training
+    assert "[launch] Weave traces go through the trace relay http://127.0.0.1:" in stderr
+    stopped = next(line for line in stderr.splitlines() if line.startswith("trace relay stopped:"))
+    assert stopped.endswith(", 0 pending"), stopped
+    assert "upload_traces.py" not in stderr
+
+
+def test_air_gapped_launch_keeps_traces_and_prints_the_upload_command(prepared_data_dir, tmp_path):
+    env = launch_env(tmp_path, DATA_DIR=str(prepared_data_dir), TRACE_RELAY="offline", WANDB_ENTITY="loopback-entity")
+    proc = subprocess.run(["bash", str(REPO_ROOT / "scripts" / "run_gsm8k_grpo.sh")], env=env, capture_output=True,
+                          text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr  # no W&B key needed, nothing reached W&B, training succeeded
+    spool = tmp_path / "run" / "trace_spool"
+    stopped = next(line for line in proc.stderr.splitlines() if line.startswith("trace relay stopped:"))
+    assert stopped.startswith("trace relay stopped: 0 trace records sent to W&B, "), stopped
+    command = shlex.split(stopped.split("`")[1])  # the command the summary tells the user to run
+    assert command[1:] == ["scripts/upload_traces.py", "--spool", str(spool)]
+    with loopback_wandb() as wandb:  # later, on a machine that reaches W&B, the printed command
+        sent = subprocess.run([sys.executable, *command[1:], "--upstream", wandb.url], cwd=REPO_ROOT,
+                              env={**launch_env(tmp_path), "WANDB_API_KEY": API_KEY}, capture_output=True,
+                              text=True, timeout=180)
+        received = wandb.storage.complete_call_ids()
+    print(f"air-gapped launch: {CALLS} calls made, {len(received)} received after the upload")
+    assert sent.returncode == 0, sent.stdout + sent.stderr
+    assert len(received) == CALLS

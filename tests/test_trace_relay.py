@@ -1,0 +1,144 @@
+"""The trace relay on its own: its spool keeps what it acknowledged, weave.init works through it while W&B is
+down, what it sends matches what W&B stores (digests included), and what W&B refuses is kept, not lost.
+W&B is the loopback stand-in; the weave client runs in its own process, as in an agent-loop worker."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from recipes.trace_relay.relay import TraceRelay
+from recipes.trace_relay.spool import Record, Spool, SpoolBusy
+from recipes.trace_relay.upstream import Upstream
+from recipes.tracing import TRACE_RELAY_ENV, use_trace_relay
+from testkit.weave_http_server import API_KEY, loopback_wandb
+
+CLIENT = """
+import os, sys
+from recipes.tracing import use_trace_relay
+use_trace_relay()  # as the recipe's agent-loop worker does
+import weave
+client = weave.init("relay-test")
+for i in range(int(sys.argv[1])):
+    call = client.create_call(op="Rollout.run", inputs={"i": i})
+    client.finish_call(call, output={"reward": i % 2})
+dataset = weave.Dataset(name="prompts", rows=[{"q": "1+1"}, {"q": "2+2"}])  # an object holding a ref (its table)
+weave.publish(dataset)
+call = client.create_call(op="Eval.run", inputs={"dataset": dataset})
+client.finish_call(call, output={"accuracy": 1.0})
+client.flush()
+os._exit(0)  # an actor torn down: no atexit
+"""
+
+
+def run_client(repo_root, relay_url: str, calls: int) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB", "WF_"))}
+    env.update({TRACE_RELAY_ENV: relay_url, "WANDB_ENTITY": "loopback-entity", "PYTHONPATH": str(repo_root),
+                "WEAVE_PRINT_CALL_LINK": "false"})
+    return subprocess.run([sys.executable, "-c", CLIENT, str(calls)], env=env, capture_output=True, text=True,
+                          timeout=180, cwd=repo_root)
+
+
+def wait_until(predicate, timeout_s: float = 60.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return predicate()
+
+
+def test_spool_keeps_what_it_acknowledged(tmp_path):
+    spool = Spool(tmp_path, segment_bytes=300).acquire()
+    with pytest.raises(SpoolBusy, match="in use by pid"):
+        Spool(tmp_path).acquire()  # one sender per spool
+    for i in range(5):
+        spool.append(Record(route="/obj/create", body=json.dumps({"i": i}).encode(), project_id="e/p"))
+    assert len(list((tmp_path / "segments").glob("*.spool"))) > 1  # rotated
+    spool.mark_sent(spool.pending(limit=2))
+    spool.close()
+    with open(sorted((tmp_path / "segments").glob("*.spool"))[-1], "ab") as handle:
+        handle.write(b'{"route": "/obj/create", "length": 50}\n{"torn')  # a crash mid-append, never answered
+
+    reopened = Spool(tmp_path).acquire()  # e.g. the relay restarted, or the spool copied to another machine
+    assert (reopened.sent_count, reopened.pending_count) == (2, 3)
+    reopened.append(Record(route="/obj/create", body=b'{"i": 5}'))  # after the last whole record, not the torn one
+    assert [json.loads(r.body)["i"] for r in reopened.pending()] == [2, 3, 4, 5]
+    reopened.mark_sent(reopened.pending())
+    assert reopened.pending_count == 0 and len(list((tmp_path / "segments").glob("*.spool"))) == 1
+
+
+def test_tracing_through_the_relay_while_wandb_is_down_at_init(repo_root, tmp_path):
+    """The worker starts during an outage: the relay answers weave.init, keeps the traces, sends them when W&B
+    is back. An object holding a ref gets a different digest on W&B (internal refs): later references follow."""
+    with loopback_wandb() as wandb:
+        wandb.stop()
+        relay = TraceRelay(tmp_path / "spool", Upstream(wandb.url, wandb.url + "/traces", API_KEY),
+                           max_retry_interval_s=1).start()
+        try:
+            client = run_client(repo_root, relay.url, calls=40)
+            assert client.returncode == 0, client.stderr
+            assert relay.spool.pending_count > 0 and not wandb.storage.starts
+            wandb.start()
+            assert wait_until(lambda: relay.spool.pending_count == 0)
+        finally:
+            summary = relay.stop(drain_timeout_s=30)
+        assert (summary.pending, summary.rejected) == (0, 0)
+        assert len(wandb.storage.complete_call_ids()) == 41
+        assert not wandb.app.digest_mismatches
+        eval_call = next(c for c in wandb.storage.recorded_calls() if "Eval.run" in c["op_name"])
+        name, digest = eval_call["inputs"]["dataset"].rsplit("/", 1)[-1].split(":")
+        assert ("loopback-entity/relay-test", name, digest) in wandb.storage.object_versions
+        assert json.loads((tmp_path / "spool" / "digests.json").read_text())  # the relay's guess was corrected
+
+
+def test_what_wandb_refuses_is_kept_and_the_upload_says_so(tmp_path, monkeypatch, capsys):
+    from recipes.trace_relay.__main__ import main
+
+    batch = {"batch": [{"project_id": "loopback-entity/p", "id": "c1", "trace_id": "t1", "op_name": "op",
+                        "started_at": "2024-01-01T00:00:00Z", "ended_at": "2024-01-01T00:00:01Z",
+                        "attributes": {}, "inputs": {}, "output": None, "summary": {}}]}
+    spool = Spool(tmp_path)
+    for _ in range(2):
+        spool.append(Record(route="/v2/loopback-entity/p/calls/complete", body=json.dumps(batch).encode(),
+                            project_id="loopback-entity/p"))
+    spool.close()
+    monkeypatch.setenv("WANDB_API_KEY", API_KEY)
+    with loopback_wandb() as wandb:
+        upload = ["upload", "--spool", str(tmp_path), "--upstream", wandb.url, "--timeout", "5"]
+        wandb.app.refuse_writes_with = 401  # a wrong key: nothing moves, nothing is dropped
+        assert main(upload) == 1
+        assert "0 trace records" in (out := capsys.readouterr().out) and "2 pending" in out and "refused" in out
+        wandb.app.refuse_writes_with = 400  # W&B will never take these: set aside, visibly
+        assert main(upload) == 1
+        assert "0 pending, 2 rejected" in capsys.readouterr().out
+    assert Spool(tmp_path).pending_count == 0 and (tmp_path / "rejected.spool").stat().st_size > 0
+
+
+def test_a_worker_that_does_not_reach_the_relay_traces_straight_to_wandb(tmp_path, monkeypatch, caplog):
+    """Another node of a multi-node run (the URL is the driver node's loopback), or something else on the port:
+    the worker keeps its W&B settings instead of sending its traces nowhere."""
+    import socket
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        free_port = probe.getsockname()[1]
+    from weave.trace import init_message
+
+    for name in ("WF_TRACE_SERVER_URL", "WANDB_API_KEY", "WEAVE_USE_SERVER_CACHE", "WANDB_ERROR_REPORTING"):
+        monkeypatch.setenv(name, "unchanged")  # use_trace_relay sets these: restored after the test
+    monkeypatch.setattr(init_message, "_print_version_check", init_message._print_version_check)
+    monkeypatch.setenv("WANDB_BASE_URL", "https://wandb.example")
+    with loopback_wandb() as not_a_relay:
+        for url in (f"http://127.0.0.1:{free_port}", not_a_relay.url):
+            monkeypatch.setenv(TRACE_RELAY_ENV, url)
+            assert use_trace_relay() is None
+            assert os.environ["WANDB_BASE_URL"] == "https://wandb.example"
+            assert f"Trace relay {url} ({TRACE_RELAY_ENV}) does not answer from this process's node" in caplog.text
+    relay = TraceRelay(tmp_path / "spool", None, entity="loopback-entity").start()
+    try:
+        monkeypatch.setenv(TRACE_RELAY_ENV, relay.url)
+        assert use_trace_relay() == relay.url and os.environ["WANDB_BASE_URL"] == relay.url
+    finally:
+        relay.stop(drain_timeout_s=1)
