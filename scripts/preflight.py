@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
+from pathlib import Path
 
 from omegaconf import OmegaConf
 
@@ -27,6 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--launch", action="store_true", help="about to train on this node: also GPUs, credentials, disk")
     mode.add_argument("--submit", action="store_true", help="about to submit a Ray job: also credentials, disk")
     p.add_argument("--print-config", action="store_true", help="print the composed config (YAML)")
+    p.add_argument("--trace-backend-to", metavar="FILE",
+                   help="write 'weave' or 'off' to FILE: whether the run traces (the launcher starts a relay then)")
     p.add_argument("overrides", nargs="*")
     args = p.parse_args(argv)
     # verl prints as it validates and loads tools; keep stdout for the config and the command alone
@@ -36,6 +39,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if args.print_config:
         print(OmegaConf.to_yaml(config))
+    if args.trace_backend_to:
+        traces = OmegaConf.select(config, "actor_rollout_ref.rollout.trace.backend") == "weave"
+        Path(args.trace_backend_to).write_text("weave" if traces else "off")
     if report.errors:
         print(f"[preflight] {len(report.errors)} problem(s); nothing was started.", file=sys.stderr)
         return 1

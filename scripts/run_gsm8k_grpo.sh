@@ -115,7 +115,9 @@ CMD=("$PYTHON" -m verl.trainer.main_ppo --config-path="$REPO_ROOT/config" --conf
 cd "$REPO_ROOT"  # Ray puts the driver's cwd on every local worker's sys.path: our tools and recipes import there
 export PYTHONPATH="$REPO_ROOT${PYTHONPATH:+:$PYTHONPATH}"
 
-PREFLIGHT=("$PYTHON" "$REPO_ROOT/scripts/preflight.py")
+TRACE_STATE=$(mktemp)  # the preflight writes whether the composed config traces: weave | off
+trap 'rm -f "$TRACE_STATE"' EXIT
+PREFLIGHT=("$PYTHON" "$REPO_ROOT/scripts/preflight.py" --trace-backend-to "$TRACE_STATE")
 # A Ray job reruns this script on the cluster: the knobs used below (not hydra settings) go with it as resolved here.
 JOB_KNOBS=(PROFILE TOOL_SET EXPERIMENT_NAME OUTPUT_DIR PUBLISH_EVALS MODEL_PATH)
 SUBMIT_CMD=("$PYTHON" -m recipes.launch.ray_job)
@@ -131,9 +133,10 @@ WATCHER=("$PYTHON" "$REPO_ROOT/scripts/publish_evals.py" --validation_dir "$OUTP
 # node's raylet environment instead: they send straight to W&B, flushed after every step (recipes/tracing.py).
 RELAY=()
 SPOOL_DIR=$OUTPUT_DIR/trace_spool
-plan_relay() {  # after the preflight: deciding needs the composed config (does this run trace?)
+plan_relay() {  # after the preflight, which said whether the composed config traces
+  local traces; traces=$(cat "$TRACE_STATE"); rm -f "$TRACE_STATE"  # gone before any exec (no EXIT trap then)
   if [ "$TRACE_RELAY" = off ] || [ "$SUBMIT" = ray ] || [ "${RECIPE_RESOLVED:-0}" = 1 ]; then return; fi
-  if [ "$("$PYTHON" -m recipes.trace_relay tracing -- "$@")" != weave ]; then return; fi
+  if [ "$traces" != weave ]; then return; fi
   RELAY=("$PYTHON" -m recipes.trace_relay serve --spool "$SPOOL_DIR" --url-file "$OUTPUT_DIR/trace_relay.url")
   if [ "$TRACE_RELAY" = offline ]; then RELAY+=(--offline --entity "$WANDB_ENTITY"); fi
 }
@@ -142,7 +145,7 @@ if [ "$TRACE_RELAY" = offline ] && { [ "$SUBMIT" = ray ] || [ "${RECIPE_RESOLVED
 fi
 if [ "$DRY_RUN" = 1 ]; then
   "${PREFLIGHT[@]}" --print-config -- "${OVERRIDES[@]}" "$@"
-  plan_relay "${OVERRIDES[@]}" "$@"
+  plan_relay
   echo "# DRY_RUN=1: preflight passed; the launch would run (profile $PROFILE${SUBMIT:+, submitted as a Ray job}):"
   if [ "$SUBMIT" = ray ]; then printf '%q ' "${SUBMIT_CMD[@]}"; echo; echo "# which runs on the cluster:"; fi
   if [ "$PUBLISH_EVALS" = 1 ]; then echo "# and beside it: $(printf '%q ' "${WATCHER[@]}")"; fi
@@ -153,10 +156,11 @@ fi
 if [ "$SUBMIT" = ray ]; then
   # Checked here (no GPUs needed on the submitting machine), then run on the cluster from Ray's copy of the repo.
   "${PREFLIGHT[@]}" --submit -- "${OVERRIDES[@]}" "$@"
+  rm -f "$TRACE_STATE"
   exec "${SUBMIT_CMD[@]}"
 fi
 "${PREFLIGHT[@]}" --launch -- "${OVERRIDES[@]}" "$@"
-plan_relay "${OVERRIDES[@]}" "$@"
+plan_relay
 
 start_watcher() {
   if [ "$PUBLISH_EVALS" != 1 ]; then return; fi

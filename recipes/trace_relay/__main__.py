@@ -4,12 +4,10 @@
                                         [--entity E] [--url-file FILE] [--drain-timeout S] [--max-retry-interval S]
     python -m recipes.trace_relay status --spool DIR
     python -m recipes.trace_relay upload --spool DIR [--upstream URL] [--timeout S]   (= scripts/upload_traces.py)
-    python -m recipes.trace_relay tracing -- HYDRA_OVERRIDES...   (prints weave or off: does the run trace?)
 
 serve: prints (and writes to --url-file) the URL to export as GSM8K_RECIPE_TRACE_RELAY, runs until SIGTERM or
 SIGINT, then sends what is pending for up to --drain-timeout and prints how many records were sent and are
 pending. Exit status 0 when nothing is left, 3 when records stay in the spool for a later upload.
-tracing: what the launcher asks before starting a relay; composes the recipe config as main_ppo would.
 upload: sends a spool (e.g. copied from an air-gapped cluster) to W&B; running it again sends nothing twice.
 Exit status 0 when everything is sent, 1 otherwise. W&B is WANDB_BASE_URL (default https://api.wandb.ai), with
 WANDB_API_KEY or the netrc entry for that host.
@@ -51,24 +49,12 @@ def main(argv: list[str] | None = None) -> int:
         sub.add_argument("--upstream-trace", help="W&B trace server URL (default: derived from --upstream)")
     upload.add_argument("--spool", required=True, type=Path)
     upload.add_argument("--timeout", type=float, default=600.0, help="give up retrying after this many seconds")
-    tracing = commands.add_parser("tracing", help="print weave when the composed recipe config traces, else off")
-    tracing.add_argument("overrides", nargs="*")
     args = parser.parse_args(argv)
     # weave (imported for its digest code) would report errors to Sentry: nothing leaves the node from here
     os.environ["WANDB_ERROR_REPORTING"] = "false"
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per forwarded request otherwise
-    return {"serve": _serve, "status": _status, "upload": upload_spool, "tracing": _tracing}[args.command](args)
-
-
-def _tracing(args) -> int:
-    from omegaconf import OmegaConf
-
-    from recipes.preflight.compose import compose_config
-
-    backend = OmegaConf.select(compose_config(args.overrides), "actor_rollout_ref.rollout.trace.backend")
-    print("weave" if backend == "weave" else "off")
-    return 0
+    return {"serve": _serve, "status": _status, "upload": upload_spool}[args.command](args)
 
 
 def _serve(args) -> int:
