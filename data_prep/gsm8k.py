@@ -36,7 +36,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--hdfs_dir", default=None, help="also copy the output folder to this HDFS path")
     p.add_argument("--local_dataset_path", default=None, help="a local copy of the openai/gsm8k hub dataset")
     p.add_argument("--input_dir", default=None, help="GSM8K's original {train,test}.jsonl (or .parquet) files")
-    p.add_argument("--tool_set", default=DEFAULT_TOOL_SET, choices=sorted(TOOL_SETS), help="tools the rows offer")
+    p.add_argument("--tool_set", default=DEFAULT_TOOL_SET, choices=sorted(TOOL_SETS),
+                   help="tools the rows offer: " + "; ".join(f"{t.name}: {t.description}" for t in TOOL_SETS.values()))
     p.add_argument("--train_size", type=int, default=None, help="keep the first N train rows")
     p.add_argument("--test_size", type=int, default=None, help="keep the first N test rows")
     p.add_argument("--skip_invalid", action="store_true", help="skip bad rows (and report them) instead of failing")
