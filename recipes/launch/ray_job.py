@@ -40,7 +40,7 @@ SECRETS_MODULE = "gsm8k_recipe_job_secrets"
 # Settings that workers on other nodes need, by prefix; the ones named in SECRET_NAMES never go in env_vars.
 FORWARDED_PREFIXES = ("WANDB_", "WEAVE_", "WF_", "HF_")
 SECRET_NAMES = frozenset({"WANDB_API_KEY", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"})
-ENTRYPOINT = "RECIPE_RESOLVED=1 bash scripts/run_gsm8k_grpo.sh"
+LAUNCHER = "bash scripts/run_gsm8k_grpo.sh"  # from Ray's copy of the repo, its working dir
 
 
 def split_environment(environ: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
@@ -99,8 +99,7 @@ def parse_knobs(pairs: list[str]) -> dict[str, str]:
 
 def entrypoint(overrides: list[str], knobs: dict[str, str] | None = None) -> str:
     assignments = [f"{name}={shlex.quote(value)}" for name, value in (knobs or {}).items()]
-    launcher = ENTRYPOINT.replace("RECIPE_RESOLVED=1", " ".join(["RECIPE_RESOLVED=1", *assignments]))
-    return f"{launcher} {shlex.join(overrides)}".strip()
+    return " ".join(["RECIPE_RESOLVED=1", *assignments, LAUNCHER, shlex.join(overrides)]).strip()
 
 
 def submit(client, overrides: list[str], environ: dict[str, str], submission_id: str | None = None,
