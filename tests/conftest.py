@@ -48,10 +48,24 @@ def prepared_data_dir(mini_gsm8k_dir, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def launcher_overrides(prepared_data_dir) -> list[str]:
-    """The hydra overrides a default launch passes (DRY_RUN of scripts/run_gsm8k_grpo.sh, no knob set)."""
-    from testkit.launcher import launch, printed_overrides
+def default_dry_run(prepared_data_dir):
+    """DRY_RUN of scripts/run_gsm8k_grpo.sh with no knob set (profile 8xh100): what it printed. One launch for
+    every test that reads it: each launcher run imports verl (~12 s of CPU)."""
+    from testkit.launcher import launch
 
     proc = launch(prepared_data_dir, DRY_RUN="1")
     assert proc.returncode == 0, proc.stderr
-    return printed_overrides(proc.stdout)
+    return proc
+
+
+@pytest.fixture(scope="session")
+def launcher_overrides(default_dry_run) -> list[str]:
+    """The hydra overrides a default launch passes."""
+    from testkit.launcher import printed_overrides
+
+    return printed_overrides(default_dry_run.stdout)
+
+
+def pytest_collection_modifyitems(config, items):
+    """The end-to-end run first: it is the longest, so under pytest-xdist the other files fill the other workers."""
+    items.sort(key=lambda item: item.get_closest_marker("e2e") is None)

@@ -40,7 +40,7 @@ REUSE_ENV = "CPU_SMOKE_REUSE"  # the work dir of an earlier run of this module: 
 TRACE_CALLS_FILE = "trace_calls.json"  # what the loopback W&B received, kept beside the run's logs
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(SMOKE_TIMEOUT + 120)]
 
-ROLLOUT_N, PROMPTS_PER_STEP, VAL_PROMPTS = 2, 4, 4  # config/profile/cpu_smoke.yaml and the smoke's data sizes
+ROLLOUT_N, PROMPTS_PER_STEP, VAL_PROMPTS = 2, 2, 4  # config/profile/cpu_smoke.yaml and the smoke's data sizes
 AGENT_WORKERS, UNTRACED_WORKER = 2, 0  # rollout.agent.num_workers; the worker whose weave.init fails
 TRACE_PROMPTS_PER_WORKER = 2  # rollout.trace.max_samples_per_step_per_worker (the recipe's)
 TRAIN_STEPS, VAL_STEPS = (1, 2, 3), (0, 2, 3)  # generate_sequences calls: training steps, validations

@@ -14,6 +14,27 @@ from recipes.launch import ray_job
 from testkit.launcher import launch, override_dict, printed_command, printed_overrides, run_script
 
 PROFILES = sorted(p.stem for p in PROFILE_DIR.glob("*.yaml"))
+DEFAULT_PROFILE = "8xh100"  # scripts/run_gsm8k_grpo.sh's PROFILE default: the conftest's default_dry_run
+
+
+SUBMITTER_KNOBS = {"OUTPUT_DIR": "/shared/runs/x", "DRY_RUN": "1", "PUBLISH_EVALS": "1", "EXPERIMENT_NAME": "exp1"}
+
+
+@pytest.fixture(scope="module")
+def submitted(prepared_data_dir):
+    """A DRY_RUN of scripts/submit_multinode.sh with some launcher knobs set in the submitting shell."""
+    proc = run_script("submit_multinode.sh", prepared_data_dir, "trainer.total_epochs=1",
+                      RAY_ADDRESS="http://127.0.0.1:1", **SUBMITTER_KNOBS)
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+@pytest.fixture(scope="module")
+def multinode_dry_run(prepared_data_dir):
+    """The same knobs and arguments, launched on this node with PROFILE=multinode."""
+    proc = launch(prepared_data_dir, "trainer.total_epochs=1", PROFILE="multinode", **SUBMITTER_KNOBS)
+    assert proc.returncode == 0, proc.stderr
+    return proc
 
 
 def test_profiles_cover_what_users_need():
@@ -21,9 +42,13 @@ def test_profiles_cover_what_users_need():
 
 
 @pytest.mark.parametrize("profile", PROFILES)
-def test_every_profile_dry_runs(prepared_data_dir, profile):
-    env = {"OUTPUT_DIR": "/shared/runs/x"} if profile == "multinode" else {}  # several nodes need shared outputs
-    proc = launch(prepared_data_dir, PROFILE=profile, DRY_RUN="1", **env)
+def test_every_profile_dry_runs(prepared_data_dir, default_dry_run, request, profile):
+    if profile == DEFAULT_PROFILE:
+        proc = default_dry_run
+    elif profile == "multinode":  # several nodes need shared outputs: that launch sets OUTPUT_DIR
+        proc = request.getfixturevalue("multinode_dry_run")
+    else:
+        proc = launch(prepared_data_dir, PROFILE=profile, DRY_RUN="1")
     assert proc.returncode == 0, proc.stderr
     assert "[preflight] ok" in proc.stderr
     command = printed_command(proc.stdout)
@@ -34,9 +59,8 @@ def test_every_profile_dry_runs(prepared_data_dir, profile):
     assert "adv_estimator: grpo" in proc.stdout  # the composed config is printed too, as YAML
 
 
-def test_default_launch_is_the_recipe(prepared_data_dir):
-    proc = launch(prepared_data_dir, DRY_RUN="1")
-    assert proc.returncode == 0, proc.stderr
+def test_default_launch_is_the_recipe(default_dry_run):
+    proc = default_dry_run
     overrides = override_dict(printed_overrides(proc.stdout))
     assert overrides["actor_rollout_ref.rollout.multi_turn.tool_config_path"] == \
         f"{REPO_ROOT}/config/tool_config/calculator.yaml"
@@ -57,13 +81,13 @@ def test_user_overrides_pass_through_and_stale_keys_warn(prepared_data_dir):
     assert printed_command(proc.stdout)[-2:] == ["+trainer.rollout_trace.backend=weave", "trainer.total_epochs=1"]
 
 
-def test_publishing_evaluations_while_training_runs_a_watcher_beside_main_ppo(prepared_data_dir):
+def test_publishing_evaluations_while_training_runs_a_watcher_beside_main_ppo(prepared_data_dir, default_dry_run):
     proc = launch(prepared_data_dir, DRY_RUN="1", PUBLISH_EVALS="1", OUTPUT_DIR="/runs/a")
     assert proc.returncode == 0, proc.stderr
     watcher = next(line for line in proc.stdout.splitlines() if line.startswith("# and beside it:"))
     assert "publish_evals.py --validation_dir /runs/a/validation" in watcher
     assert "--watch --stop_when_pid_exits" in watcher
-    assert "# and beside it" not in launch(prepared_data_dir, DRY_RUN="1").stdout  # off by default
+    assert "# and beside it" not in default_dry_run.stdout  # off by default
 
 
 def test_knobs_of_earlier_versions_still_work_and_say_what_replaced_them(prepared_data_dir):
@@ -123,24 +147,16 @@ def test_multinode_submission_needs_a_cluster_address(prepared_data_dir):
     assert proc.returncode != 0 and "set RAY_ADDRESS to the Ray dashboard address" in proc.stderr
 
 
-def test_multinode_submission_resolves_the_same_knobs_with_repo_relative_paths(prepared_data_dir):
-    env = {"OUTPUT_DIR": "/shared/runs/x", "DRY_RUN": "1"}
-    submitted = run_script("submit_multinode.sh", prepared_data_dir, "trainer.total_epochs=1",
-                           RAY_ADDRESS="http://127.0.0.1:1", **env)
-    local = launch(prepared_data_dir, "trainer.total_epochs=1", PROFILE="multinode", **env)
-    assert submitted.returncode == 0 and local.returncode == 0, submitted.stderr + local.stderr
+def test_multinode_submission_resolves_the_same_knobs_with_repo_relative_paths(submitted, multinode_dry_run):
+    local = multinode_dry_run
     assert "submitted as a Ray job" in submitted.stdout
     relative = [o.replace(f"={REPO_ROOT}/", "=./") for o in printed_overrides(local.stdout)]
     assert printed_overrides(submitted.stdout) == relative
 
 
-def test_the_ray_job_reruns_the_launcher_with_the_submitters_knobs(prepared_data_dir):
+def test_the_ray_job_reruns_the_launcher_with_the_submitters_knobs(submitted):
     """The job's entrypoint runs the launcher again on the cluster, in an environment without the submitting
     shell's knobs: what the submitter chose (watcher on, experiment, output dir) must still hold."""
-    env = {"OUTPUT_DIR": "/shared/runs/x", "DRY_RUN": "1", "PUBLISH_EVALS": "1", "EXPERIMENT_NAME": "exp1"}
-    submitted = run_script("submit_multinode.sh", prepared_data_dir, "trainer.total_epochs=1",
-                           RAY_ADDRESS="http://127.0.0.1:1", **env)
-    assert submitted.returncode == 0, submitted.stderr
     lines = submitted.stdout.splitlines()
     submit_command = shlex.split(lines[lines.index("# which runs on the cluster:") - 1])
     assert submit_command[1:3] == ["-m", "recipes.launch.ray_job"]

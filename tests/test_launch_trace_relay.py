@@ -70,11 +70,10 @@ def launch_env(tmp_path: Path, **env: str) -> dict[str, str]:
             "STAND_IN_PID_FILE": str(tmp_path / "main_ppo.pid"), "WEAVE_PRINT_CALL_LINK": "false", **env}
 
 
-def test_dry_run_prints_the_relay_it_would_start(prepared_data_dir):
-    traced = launch(prepared_data_dir, DRY_RUN="1", OUTPUT_DIR="/runs/a")
-    assert traced.returncode == 0, traced.stderr
-    relay = next(line for line in traced.stdout.splitlines() if line.startswith("# traces through the relay:"))
-    assert "-m recipes.trace_relay serve --spool /runs/a/trace_spool --url-file /runs/a/trace_relay.url" in relay
+def test_dry_run_prints_the_relay_it_would_start(prepared_data_dir, default_dry_run):
+    relay = next(line for line in default_dry_run.stdout.splitlines() if line.startswith("# traces through the relay:"))
+    run_dir = f"{REPO_ROOT}/outputs/gsm8k_calculator_8xh100"  # the default OUTPUT_DIR
+    assert f"-m recipes.trace_relay serve --spool {run_dir}/trace_spool --url-file {run_dir}/trace_relay.url" in relay
     assert "--offline" not in relay
     offline = launch(prepared_data_dir, DRY_RUN="1", OUTPUT_DIR="/runs/a", TRACE_RELAY="offline", WANDB_ENTITY="me")
     assert ("serve --spool /runs/a/trace_spool --url-file /runs/a/trace_relay.url --offline --entity me"

@@ -54,6 +54,9 @@ def ray_head():
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     subprocess.run([RAY, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={free_port()}",
                     "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}", "--num-cpus=2", "--num-gpus=0",
+                    # its job agent's port is a fixed 52365 otherwise: taken by any other Ray on this machine (the
+                    # end-to-end run's, beside this test), the agent serves no jobs ("No available agent")
+                    f"--dashboard-agent-listen-port={free_port()}",
                     f"--temp-dir={temp_dir}", "--disable-usage-stats", "--include-dashboard=true"],
                    env=env, check=True, capture_output=True, timeout=180)
     yield f"http://127.0.0.1:{dashboard}"
@@ -61,7 +64,10 @@ def ray_head():
     ours = [p for p in psutil.process_iter(["cmdline"]) if temp_dir in " ".join(p.info["cmdline"] or [])]
     for proc in ours:
         proc.terminate()
-    psutil.wait_procs(ours, timeout=30)
+    _, alive = psutil.wait_procs(ours, timeout=5)
+    for proc in alive:  # some of Ray's processes outlive SIGTERM for 30 s and more
+        proc.kill()
+    psutil.wait_procs(alive, timeout=10)
 
 
 def wait_for(client, job_id: str, timeout: float = 180):
@@ -130,3 +136,36 @@ def test_the_real_entrypoint_reruns_the_launcher_with_resolved_overrides_and_no_
     for secret in ("WANDB_API_KEY=" + SECRET, "HF_TOKEN=x", "not-a-name=1"):
         with pytest.raises(ValueError):
             ray_job.parse_knobs([secret])
+
+
+class HeadStartingUp:
+    """Stands in for a Ray head whose job agent has not registered yet: the dashboard answers submissions with
+    Ray's HTTP 500 (ray/dashboard/modules/job/job_head.py) `refusals` times, then takes the job."""
+
+    def __init__(self, refusals: int, error: str = ray_job.NO_AGENT_YET + ", please try again later."):
+        self.refusals, self.error, self.calls = refusals, error, 0
+
+    def submit_job(self, **job):
+        self.calls += 1
+        if self.calls <= self.refusals:
+            raise RuntimeError(f"Request failed with status code 500: {self.error}.")
+        return job["submission_id"]
+
+
+def test_a_head_that_just_started_gets_the_job_once_its_agent_is_up(monkeypatch, capsys):
+    monkeypatch.setattr(ray_job.time, "sleep", lambda s: None)
+    head = HeadStartingUp(refusals=3)
+    assert ray_job.submit(head, [], {"HOME": "/nonexistent"}, submission_id="job-1") == "job-1"
+    assert head.calls == 4 and capsys.readouterr().err.count("job agent is not up yet") == 1
+
+
+def test_other_submission_errors_and_an_agent_that_never_comes_are_not_retried_forever(monkeypatch):
+    monkeypatch.setattr(ray_job.time, "sleep", lambda s: None)
+    refused = HeadStartingUp(refusals=1, error="runtime_env is invalid")
+    with pytest.raises(RuntimeError, match="runtime_env is invalid"):
+        ray_job.submit(refused, [], {"HOME": "/nonexistent"}, submission_id="job-2")
+    assert refused.calls == 1
+    never = HeadStartingUp(refusals=10**6)
+    with pytest.raises(RuntimeError, match=ray_job.NO_AGENT_YET):
+        ray_job._submit_when_an_agent_is_up(never, wait_s=0, submission_id="job-3")
+    assert never.calls == 1

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import shlex
@@ -41,6 +42,8 @@ SECRETS_MODULE = "gsm8k_recipe_job_secrets"
 FORWARDED_PREFIXES = ("WANDB_", "WEAVE_", "WF_", "HF_")
 SECRET_NAMES = frozenset({"WANDB_API_KEY", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"})
 LAUNCHER = "bash scripts/run_gsm8k_grpo.sh"  # from Ray's copy of the repo, its working dir
+NO_AGENT_YET = "No available agent to submit job"  # ray/dashboard/modules/job/job_head.py, a head just started
+AGENT_WAIT_S = 120
 
 
 def split_environment(environ: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
@@ -109,10 +112,27 @@ def submit(client, overrides: list[str], environ: dict[str, str], submission_id:
     tmp = Path(tempfile.mkdtemp(prefix="gsm8k-recipe-job-"))
     try:
         package = write_secrets_module(secrets, tmp) if secrets else None
-        return client.submit_job(entrypoint=command or entrypoint(overrides, knobs), submission_id=submission_id,
-                                 runtime_env=build_runtime_env(environ, package))
+        return _submit_when_an_agent_is_up(
+            client, entrypoint=command or entrypoint(overrides, knobs), submission_id=submission_id,
+            runtime_env=build_runtime_env(environ, package))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _submit_when_an_agent_is_up(client, wait_s: float = AGENT_WAIT_S, **job) -> str:
+    """A head that has just started (`ray start --head && submit` in one batch script) answers 500 "No available
+    agent to submit job" until its job agent registers, tens of seconds on a busy node: wait for it, not longer."""
+    deadline = time.monotonic() + wait_s
+    for attempt in itertools.count():
+        try:
+            return client.submit_job(**job)
+        except RuntimeError as err:
+            if NO_AGENT_YET not in str(err) or time.monotonic() >= deadline:
+                raise
+            if attempt == 0:
+                print(f"[submit] the cluster's job agent is not up yet; retrying for up to {wait_s:.0f} s",
+                      file=sys.stderr)
+            time.sleep(2)
 
 
 def connect(address: str):

@@ -58,7 +58,8 @@ def generate(model, prompt_ids: Sequence[int], max_new_tokens: int, sampling: Sa
     out = Generated([], [], "length")
     if max_new_tokens <= 0:
         return out
-    step = model(input_ids=torch.tensor([list(prompt_ids)]), use_cache=True)
+    # logits for the last prompt position only: the whole prompt's would be (prompt x 151936) floats per request
+    step = model(input_ids=torch.tensor([list(prompt_ids)]), use_cache=True, logits_to_keep=1)
     while True:
         logits = step.logits[0, -1].float()
         scaled = logits / sampling.temperature if sampling.temperature > 0 else logits
