@@ -2,6 +2,7 @@
 
 A launch-mode call here must always fail its preflight (nothing may start): each sets up one problem."""
 
+import importlib.util
 import os
 import shlex
 import subprocess
@@ -108,15 +109,8 @@ def test_knobs_of_earlier_versions_still_work_and_say_what_replaced_them(prepare
     [
         ((), {"DATA_DIR": "/nonexistent/gsm8k"}, "data.train_files: /nonexistent/gsm8k/train.parquet not found"),
         ((), {"TOOL_SET": "calc_gsm8k_reward"}, "rows were prepared for tool set 'calculator'"),
-        (("trainer.use_v1=True",), {}, "V1 trainer never traces agent loops"),
-        (("actor_rollout_ref.rollout.trace.max_samples_per_step_per_worker=0",), {}, "records nothing"),
-        (("trainer.no_such_key=1",), {}, "the config does not compose"),
-        (("actor_rollout_ref.actor.ppo_mini_batch_size=300",), {},
-         "verl rejects the config: ValueError: train_batch_size"),
-        (("actor_rollout_ref.model.lora_rank=8",), {},
-         "LoRA with SGLang 0.5.12 needs actor_rollout_ref.model.lora.merge=True"),
         ((), {"PROFILE": "multinode"}, "is inside the repo or Ray's temp dir"),
-        (("actor_rollout_ref.rollout.multi_turn.format=hermes_feedback",), {}, "is not a registered tool parser"),
+        (("trainer.use_v1=True",), {}, "V1 trainer never traces agent loops"),
         ((), {"PROFILE": "16xh100"}, "unknown PROFILE=16xh100"),
         ((), {"TRACE": "maybe"}, "TRACE must be on or off"),
     ],
@@ -126,6 +120,33 @@ def test_dry_run_refuses_what_would_fail(prepared_data_dir, args, env, message):
     assert proc.returncode != 0
     assert message in proc.stderr, proc.stderr
     assert "would run" not in proc.stdout
+
+
+@pytest.fixture(scope="module")
+def preflight_script():
+    spec = importlib.util.spec_from_file_location("preflight_script", REPO_ROOT / "scripts" / "preflight.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("actor_rollout_ref.rollout.trace.max_samples_per_step_per_worker=0", "records nothing"),
+        ("trainer.no_such_key=1", "the config does not compose"),
+        ("actor_rollout_ref.actor.ppo_mini_batch_size=300", "verl rejects the config: ValueError: train_batch_size"),
+        ("actor_rollout_ref.model.lora_rank=8",
+         "LoRA with SGLang 0.5.12 needs actor_rollout_ref.model.lora.merge=True"),
+        ("actor_rollout_ref.rollout.multi_turn.format=hermes_feedback", "is not a registered tool parser"),
+    ],
+)
+def test_the_preflight_refuses_what_would_fail(preflight_script, launcher_overrides, capsys, override, message):
+    """The launcher's preflight, in this process (the launcher runs above stop on its refusals): a default
+    launch's overrides with a user's override after them, as the launcher passes them."""
+    assert preflight_script.main(["--", *launcher_overrides, override]) == 1
+    err = capsys.readouterr().err
+    assert message in err and "[preflight] ok" not in err, err
 
 
 @pytest.mark.parametrize(
