@@ -5,10 +5,12 @@ main_ppo command; a launch-mode call in tests must always fail its preflight so 
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shlex
 import subprocess
 import sys
+from types import ModuleType
 
 from recipes.constants import REPO_ROOT
 
@@ -24,6 +26,14 @@ def run_script(script: str, data_dir, *args, timeout: int = 180, **env) -> subpr
     full_env.update({"PYTHON": sys.executable, "DATA_DIR": str(data_dir), **env})
     return subprocess.run(["bash", str(SCRIPTS / script), *args], env=full_env, capture_output=True, text=True,
                           timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def load_script(name: str) -> ModuleType:
+    """scripts/<name>.py as a module, to call its main() in this process (scripts/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(f"{name}_script", SCRIPTS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def launch(data_dir, *args, **env) -> subprocess.CompletedProcess:

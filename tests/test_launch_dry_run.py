@@ -2,7 +2,6 @@
 
 A launch-mode call here must always fail its preflight (nothing may start): each sets up one problem."""
 
-import importlib.util
 import os
 import shlex
 import subprocess
@@ -12,7 +11,7 @@ import pytest
 
 from recipes.constants import PROFILE_DIR, REPO_ROOT
 from recipes.launch import ray_job
-from testkit.launcher import launch, override_dict, printed_command, printed_overrides, run_script
+from testkit.launcher import launch, load_script, override_dict, printed_command, printed_overrides, run_script
 
 PROFILES = sorted(p.stem for p in PROFILE_DIR.glob("*.yaml"))
 DEFAULT_PROFILE = "8xh100"  # scripts/run_gsm8k_grpo.sh's PROFILE default: the conftest's default_dry_run
@@ -124,10 +123,7 @@ def test_dry_run_refuses_what_would_fail(prepared_data_dir, args, env, message):
 
 @pytest.fixture(scope="module")
 def preflight_script():
-    spec = importlib.util.spec_from_file_location("preflight_script", REPO_ROOT / "scripts" / "preflight.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("preflight")
 
 
 @pytest.mark.parametrize(

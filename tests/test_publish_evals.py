@@ -3,7 +3,6 @@ published as Weave Evaluations through the real weave client (on the in-memory t
 
 import asyncio
 import contextvars
-import importlib.util
 import io
 import json
 import os
@@ -14,7 +13,6 @@ import threading
 import time
 from collections import Counter
 from contextlib import redirect_stdout
-from pathlib import Path
 
 import pytest
 
@@ -28,6 +26,7 @@ from recipes.rollout_report.dumps import load_dump_dir
 from recipes.tool_sets import get_tool_set
 from recipes.trajectory import count_tool_errors
 from testkit import agent_loop_harness as harness
+from testkit.launcher import load_script
 from testkit.qwen_tokenizer import load_qwen25_tokenizer
 from testkit.scripted_llm import ScriptedLLM, tool_call
 from testkit.weave_memory_server import install_memory_weave_client
@@ -109,10 +108,7 @@ def published(validation_dir):
 
 def run_main(argv):
     """scripts/publish_evals.py's main() in this process (the memory server lives here), with a W&B key set."""
-    spec = importlib.util.spec_from_file_location("publish_evals_script",
-                                                  Path(__file__).resolve().parents[1] / "scripts" / "publish_evals.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("publish_evals")
     previous = os.environ.get("WANDB_API_KEY")
     os.environ["WANDB_API_KEY"] = "offline-test-key"
     out = io.StringIO()
