@@ -10,8 +10,6 @@ Reads `RESULT name=value [name=value ...]` lines (the last line of every scripts
 its input, and rewrites the named rows' value and "recorded" cells (date, commit, machine); other rows are kept.
 """
 
-from __future__ import annotations
-
 import argparse
 import datetime
 import os
