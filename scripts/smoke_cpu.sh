@@ -3,8 +3,9 @@
 # launcher, preflight and config, with PROFILE=cpu_smoke (config/profile/cpu_smoke.yaml: only what the hardware
 # forces). A tiny random Qwen2 model (Qwen2.5 tokenizer and chat template, built offline) trains two GRPO steps on a
 # few GSM8K rows with multi-turn calculator calls, validates, saves a checkpoint, then a second launch resumes
-# from it into a third step; the rollout report and eval summary run on the dumps. 5-7 minutes on 2 shared
-# cores, ~11.5 GB of RAM (PSS of the whole process tree). The CPU stand-ins (platform, FSDP2 engine, rollout server) are in testkit/cpu_verl.
+# from it into a third step; the rollout report and eval summary run on the dumps. Time and RAM: docs/measured.md
+# (smoke_cpu_minutes, smoke_cpu_ram_gb). The CPU stand-ins (platform, FSDP2 engine, rollout server) are in
+# testkit/cpu_verl.
 # tests/test_e2e_cpu.py runs it with tracing on against a loopback W&B (one agent-loop worker's weave.init failing).
 #
 #   bash scripts/smoke_cpu.sh                                # work dir /tmp/gsm8k_cpu_smoke

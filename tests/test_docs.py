@@ -1,0 +1,145 @@
+"""The README stays short and the docs stay true: every link and every repo path they name exists, every docs page
+is reachable from the README, and measured figures live on docs/measured.md only, as scripts/record_measured.py
+writes it (so re-measuring never edits the README or a prose page)."""
+
+import re
+import shutil
+
+import pytest
+
+from testkit.launcher import load_script
+
+README_MAX_BYTES = 10 * 1024
+REPO_DIRS = ("scripts", "config", "recipes", "tools", "testkit", "data_prep", "requirements", "tests", "docs")
+FENCE = re.compile(r"^```.*?^```", re.M | re.S)
+COMMENT = re.compile(r"<!--.*?-->", re.S)
+INLINE_CODE = re.compile(r"`[^`\n]*`")
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$", re.M)
+HTML_ID = re.compile(r'\bid="([^"]+)"')
+# a path into the repo as the docs write it: `scripts/x.sh`, config/profile/*.yaml, recipes/preflight/
+REPO_PATH = re.compile(rf"(?<![\w./~$-])((?:{'|'.join(REPO_DIRS)})/[\w./*-]*)")
+QUOTED_RESULT = re.compile(r"RESULT\s+\w+=\d")
+
+
+@pytest.fixture(scope="module")
+def pages(repo_root):
+    """{path: text} of the README and every docs page."""
+    paths = [repo_root / "README.md", *sorted((repo_root / "docs").glob("*.md"))]
+    return {p: p.read_text() for p in paths}
+
+
+@pytest.fixture(scope="module")
+def measured():
+    return load_script("record_measured")
+
+
+def visible(text: str) -> str:
+    """What a reader sees: HTML comments (the lead's paste markers) are not part of it."""
+    return COMMENT.sub("", text)
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def anchors(text: str) -> set[str]:
+    found, seen = set(HTML_ID.findall(text)), {}
+    for _, title in HEADING.findall(FENCE.sub("", text)):
+        base = slug(title)
+        found.add(base if base not in seen else f"{base}-{seen[base]}")
+        seen[base] = seen.get(base, 0) + 1
+    return found
+
+
+def links(text: str) -> list[str]:
+    return LINK.findall(INLINE_CODE.sub("", FENCE.sub("", visible(text))))
+
+
+def test_readme_is_short(repo_root):
+    size = len((repo_root / "README.md").read_bytes())
+    assert size < README_MAX_BYTES, f"README.md is {size} bytes (limit {README_MAX_BYTES}): move detail to docs/"
+
+
+def test_relative_links_resolve(pages, repo_root):
+    broken = []
+    for page, text in pages.items():
+        for target in links(text):
+            if re.match(r"^[a-z]+:", target):  # https:, mailto:
+                continue
+            path, _, anchor = target.partition("#")
+            dest = (page.parent / path).resolve() if path else page
+            if not dest.exists() or repo_root not in (dest, *dest.parents):
+                broken.append(f"{page.name}: {target} (no such file in the repo)")
+            elif anchor and dest.suffix == ".md" and anchor not in anchors(dest.read_text()):
+                broken.append(f"{page.name}: {target} (no heading or id '{anchor}' in {dest.name})")
+    assert not broken, "\n".join(broken)
+
+
+def test_repo_paths_named_exist(pages, repo_root):
+    missing = []
+    for page, text in pages.items():
+        for raw in REPO_PATH.findall(visible(text)):
+            path = raw.rstrip(".,:")
+            if not (list(repo_root.glob(path)) if "*" in path else (repo_root / path).exists()):
+                missing.append(f"{page.name}: {path}")
+    assert not missing, "paths named in the docs that do not exist:\n" + "\n".join(missing)
+
+
+def test_every_docs_page_is_linked_from_the_readme(pages, repo_root):
+    readme = repo_root / "README.md"
+    linked = {(repo_root / t.partition("#")[0]).resolve() for t in links(pages[readme])}
+    unlinked = [p.name for p in pages if p != readme and p.resolve() not in linked]
+    assert not unlinked, f"docs pages the README does not link to: {unlinked}"
+
+
+def test_measured_page_is_what_the_script_writes(measured):
+    page = measured.PAGE
+    assert measured.render(measured.read_page(page)) == page.read_text(), (
+        "docs/measured.md was edited by hand: record figures with `... | python scripts/record_measured.py`")
+    assert measured.main(["--check"]) == 0
+
+
+def test_prose_links_to_measured_figures_instead_of_repeating_them(pages, measured):
+    """A figure repeated in prose would need a prose edit every time it is re-measured (the CI-time commits)."""
+    values = {f.name: f.value for f in measured.read_page(measured.PAGE)}
+    # figures distinctive enough to find in prose: a decimal, range or ratio, or three digits and more
+    tokens = {tok: name for name, value in values.items() for tok in value.split(",")
+              if re.fullmatch(r"\d+[.\-/]\d+|\d{3,}", tok)}
+    repeated = []
+    for page, text in pages.items():
+        if page == measured.PAGE:
+            continue
+        repeated += [f"{page.name}: {m.group(0)}" for m in QUOTED_RESULT.finditer(text)]
+        for tok, name in tokens.items():
+            if re.search(rf"(?<![\w.]){re.escape(tok)}(?![\w]|\.\d)", visible(text)):
+                repeated.append(f"{page.name}: {tok} (link to measured.md#{name} instead)")
+    assert not repeated, "measured figures repeated outside docs/measured.md:\n" + "\n".join(repeated)
+
+
+def test_recording_rewrites_only_the_named_rows(measured, tmp_path):
+    page = tmp_path / "measured.md"
+    shutil.copy(measured.PAGE, page)
+    before = {f.name: f for f in measured.read_page(page)}
+    bench_output = ["run 1/5: 0.80 s\n", "RESULT data_prep_seconds=0.812 calculator_p99_ms=0.0931\n"]
+    assert measured.main(["--page", str(page), "--machine", "test box"], stdin=bench_output) == 0
+
+    after = {f.name: f for f in measured.read_page(page)}
+    assert after.keys() == before.keys()
+    assert (after["data_prep_seconds"].value, after["calculator_p99_ms"].value) == ("0.812", "0.0931")
+    assert after["data_prep_seconds"].recorded.endswith("test box")
+    assert all(after[n] == before[n] for n in before if n not in ("data_prep_seconds", "calculator_p99_ms"))
+    assert measured.main(["--page", str(page), "--check"]) == 0
+
+
+def test_recording_an_unknown_figure_needs_how_it_was_measured(measured, tmp_path, capsys):
+    page = tmp_path / "measured.md"
+    shutil.copy(measured.PAGE, page)
+    original = page.read_text()
+    assert measured.main(["--page", str(page)], stdin=["RESULT brand_new_ms=1.5\n"]) == 1
+    assert "brand_new_ms" in capsys.readouterr().err and page.read_text() == original
+    assert measured.main(["--page", str(page), "--how", "`python scripts/bench_x.py`", "--target", "≤ 2 ms"],
+                         stdin=["RESULT brand_new_ms=1.5\n"]) == 0
+    added = measured.read_page(page)[-1]
+    assert (added.name, added.value, added.target) == ("brand_new_ms", "1.5", "≤ 2 ms")
