@@ -49,13 +49,13 @@ class Summary:
 
 class TraceRelay:
     def __init__(self, spool_dir, upstream: Upstream | None, entity: str | None = None, host: str = "127.0.0.1",
-                 port: int = 0, max_retry_interval_s: float = 30.0) -> None:
+                 port: int = 0, max_retry_interval_s: float = 30.0, listening=None) -> None:
         self.spool = Spool(spool_dir).acquire()
         self.max_retry_interval_s = max_retry_interval_s
         self.upstream = upstream
         self.entity = entity
         self.forwarder = Forwarder(self.spool, upstream) if upstream else None
-        self.http = LoopbackHTTPServer(self, host, port)
+        self.http = LoopbackHTTPServer(self, host, port, listening)  # listening: a socket bound by a supervisor
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
