@@ -22,9 +22,9 @@ from testkit.weave_http_server import API_KEY, loopback_wandb
 
 pytestmark = pytest.mark.timeout(120)
 
-CLIENTS, STEPS, CALLS_PER_STEP = 2, 16, 10
-KILL_AFTER_STEPS = 3
-RESTART_DELAY_S = 3.0  # the supervisor's first restart delay: keeps the relay down longer than the window
+CLIENTS, STEPS, CALLS_PER_STEP = 2, 6, 20
+KILL_AFTER_STEPS = 2
+RESTART_DELAY_S = 2.0  # the supervisor's first restart delay: alone longer than the window below
 
 CLIENT = """
 import os, sys, time
@@ -40,7 +40,7 @@ for step in range(steps):
     client.flush()  # the worker's per-step flush: a batch that fails one retry cycle here is dropped
     with open(progress, "w") as f:
         f.write(str(step + 1))
-    time.sleep(0.2)
+    time.sleep(0.1)
 os._exit(0)  # as a Ray worker ends: no atexit
 """
 
@@ -92,8 +92,8 @@ def test_a_relay_killed_mid_run_is_restarted_on_its_address_and_loses_nothing(re
             summary = relay.stop()
     print(f"relay killed after steps {steps_at_kill} of {STEPS}, down {downtime or 0:.1f} s (weave's retry window "
           f"here {window:.1f} s): {made} calls made, {len(received)} received")
-    assert len(received) == made, f"{made - len(received)} of {made} calls lost\n{summary}\n{outputs}"
-    assert all(c.returncode == 0 for c in clients), outputs
+    assert len(received) == made, f"{made - len(received)} of {made} calls lost\n{summary}\n{outputs[0][-1500:]}"
+    assert all(c.returncode == 0 for c in clients), [o[-1500:] for o in outputs]
     assert downtime is not None and downtime > window, downtime
     assert max(steps_at_kill) < STEPS  # the clients were still tracing when it died
     assert set(wandb.app.call_starts_received.values()) == {1}  # exactly once
