@@ -81,6 +81,12 @@ def _serve(args) -> int:
         print("error: --offline needs the W&B entity the traces will be uploaded to: --entity E or WANDB_ENTITY=E",
               file=sys.stderr)
         return 2
+    stop = threading.Event()  # handlers first: a SIGTERM as soon as the URL is out still drains
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        # started in the background by the launcher, SIGINT is ignored: a Ctrl-C meant for training must not stop
+        # the relay before the workers' last flush; the launcher sends SIGTERM once main_ppo has exited
+        if signal.getsignal(sig) is not signal.SIG_IGN:
+            signal.signal(sig, lambda *_: stop.set())
     listening = None
     if args.listen_fd is not None:
         exit_with_parent()
@@ -99,12 +105,6 @@ def _serve(args) -> int:
     target = "offline: kept on disk only" if upstream is None else f"forwarding to {upstream.base_url}"
     print(f"trace relay: {relay.url} (spool {args.spool}, {target})", flush=True)
 
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        # started in the background by the launcher, SIGINT is ignored: a Ctrl-C meant for training must not stop
-        # the relay before the workers' last flush; the launcher sends SIGTERM once main_ppo has exited
-        if signal.getsignal(sig) is not signal.SIG_IGN:
-            signal.signal(sig, lambda *_: stop.set())
     stop.wait()
     print(f"trace relay: stopping, sending pending records for up to {args.drain_timeout:.0f} s", flush=True)
     summary = relay.stop(args.drain_timeout)
