@@ -175,6 +175,8 @@ if [ ${#RELAY[@]} -eq 0 ]; then
 fi
 
 # With a relay, main_ppo runs as a child: the relay outlives it to send (or keep) what the workers traced.
+# RELAY_PID is its supervisor (recipes/trace_relay/supervisor.py): it holds the relay's address for the whole run
+# and starts a relay that dies again there (the log says why); SIGTERM stops it, with no restart.
 mkdir -p "$OUTPUT_DIR"
 rm -f "$OUTPUT_DIR/trace_relay.url"
 "${RELAY[@]}" >>"$OUTPUT_DIR/trace_relay.log" 2>&1 &

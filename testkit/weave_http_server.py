@@ -24,6 +24,7 @@ import json
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -53,6 +54,7 @@ class WandbStandIn:
         self.refuse_writes_with: int | None = None  # e.g. 400 or 401: W&B refusing (the default never refuses)
         self.digest_mismatches: list[tuple[str, str, str]] = []  # (route, expected by client, computed here)
         self.requests: list[tuple[str, str]] = []  # (method, route), in arrival order
+        self.call_starts_received: Counter[str] = Counter()  # call id -> starts received (storage keeps one)
         self._lock = threading.Lock()
 
     def handle(self, request: Request) -> Response:
@@ -96,6 +98,8 @@ class WandbStandIn:
                 store.feedback_create(item)
         for start, end in protocol.complete_calls(route, local.body):
             if start:
+                with self._lock:
+                    self.call_starts_received[start["id"]] += 1
                 store.call_start({"start": start})
             if end:
                 store.call_end({"end": end})

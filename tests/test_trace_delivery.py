@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -25,6 +23,7 @@ from recipes.tool_sets import get_tool_set
 from recipes.tracing import TRACE_RELAY_ENV
 from testkit import agent_loop_harness as harness
 from testkit.qwen_tokenizer import build_tiny_qwen2_model_dir, default_cache_dir, load_qwen25_tokenizer
+from testkit.relay_process import RelayProcess
 from testkit.scripted_llm import ScriptedLLM, tool_call
 from testkit.weave_http_server import API_KEY, loopback_wandb
 
@@ -54,31 +53,6 @@ class ScriptedServer:
 
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Ray workers cannot import this test module
-
-
-class RelayProcess:
-    """`python -m recipes.trace_relay serve` as the launcher runs it; stop() sends SIGTERM (drain, then exit)."""
-
-    def __init__(self, spool: Path, *args: str, **env: str) -> None:
-        self.spool = spool
-        url_file = spool.parent / f"{spool.name}.url"
-        clean = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB", "WF_"))}
-        self.process = subprocess.Popen([sys.executable, "-m", "recipes.trace_relay", "serve", "--spool", str(spool),
-                                         "--url-file", str(url_file), *args], env={**clean, **env},
-                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        deadline = time.monotonic() + 60
-        while not url_file.exists():
-            assert self.process.poll() is None, self.process.communicate()[0]
-            assert time.monotonic() < deadline, "the relay wrote no URL within 60 s"
-            time.sleep(0.1)
-        self.url = url_file.read_text().strip()
-        self.output = None
-
-    def stop(self) -> str:
-        if self.output is None:
-            self.process.send_signal(signal.SIGTERM)
-            self.output = self.process.communicate(timeout=120)[0]
-        return self.output
 
 
 @pytest.fixture(scope="module")

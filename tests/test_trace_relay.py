@@ -142,3 +142,28 @@ def test_a_worker_that_does_not_reach_the_relay_traces_straight_to_wandb(tmp_pat
         assert use_trace_relay() == relay.url and os.environ["WANDB_BASE_URL"] == relay.url
     finally:
         relay.stop(drain_timeout_s=1)
+
+
+def test_a_repeated_call_write_is_answered_but_kept_once(tmp_path):
+    """A client that timed out while the relay was down sends its batch again, and the next relay gets both
+    copies from the socket's backlog: the calls are kept (and sent to W&B) once."""
+    import httpx
+
+    def batch(*ids: str) -> dict:
+        return {"batch": [{"project_id": "e/p", "id": i, "trace_id": "t", "op_name": "op", "started_at":
+                           "2024-01-01T00:00:00Z", "ended_at": "2024-01-01T00:00:01Z", "inputs": {}, "output": 1}
+                          for i in ids]}
+
+    relay = TraceRelay(tmp_path / "spool", None, entity="e").start()
+    try:
+        url = relay.url + "/traces/v2/e/p/calls/complete"
+        answers = [httpx.post(url, json=body) for body in (batch("a", "b"), batch("a", "b"), batch("b", "c"))]
+        start = {"start": {"project_id": "e/p", "id": "d", "trace_id": "t", "op_name": "op",
+                           "started_at": "2024-01-01T00:00:00Z", "inputs": {}}}
+        answers += [httpx.post(relay.url + "/traces/v2/e/p/call/start", json=start) for _ in range(2)]
+        kept = [json.loads(r.body) for r in relay.spool.pending()]
+    finally:
+        relay.stop(drain_timeout_s=1)
+    assert [a.status_code for a in answers] == [200] * 5
+    kept_ids = [[c["id"] for c in r["batch"]] if "batch" in r else r["start"]["id"] for r in kept]
+    assert kept_ids == [["a", "b"], ["c"], "d"]

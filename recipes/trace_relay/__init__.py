@@ -5,6 +5,7 @@ and its write-ahead log does not hold up across processes (weave-0.54 facts). Th
 clients talk to this relay instead (GSM8K_RECIPE_TRACE_RELAY, see recipes.tracing.use_trace_relay); it writes
 each trace request to disk before answering, sends the spool to W&B in order with unlimited retry, and what
 it could not send stays in the spool for `scripts/upload_traces.py`, from any machine that reaches W&B.
+`serve` holds the relay's address for the whole run and starts a relay that dies again on it (supervisor.py).
 
     python -m recipes.trace_relay serve --spool OUTPUT_DIR/trace_spool --url-file OUTPUT_DIR/trace_relay.url
 

@@ -79,11 +79,15 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True  # rebind the same port right after a stop (TIME_WAIT)
 
-    def __init__(self, address: tuple[str, int], app: App) -> None:
+    def __init__(self, address: tuple[str, int], app: App, listening: socket.socket | None = None) -> None:
         self.app = app
         self._connections: set[socket.socket] = set()
         self._connections_lock = threading.Lock()
-        super().__init__(address, _Handler)
+        super().__init__(address, _Handler, bind_and_activate=listening is None)
+        if listening is not None:  # already bound and listening (handed down by a supervisor)
+            self.socket.close()
+            self.socket = listening
+            self.server_address = listening.getsockname()
 
     def track(self, conn: socket.socket, add: bool) -> None:
         with self._connections_lock:
@@ -100,12 +104,15 @@ class _Server(ThreadingHTTPServer):
 
 
 class LoopbackHTTPServer:
-    """Serves `app` on host:port (port 0: an ephemeral one, kept across restarts)."""
+    """Serves `app` on host:port (port 0: an ephemeral one, kept across restarts), or on `listening`, a socket
+    already bound and listening (used by the first start only)."""
 
-    def __init__(self, app: App, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, app: App, host: str = "127.0.0.1", port: int = 0,
+                 listening: socket.socket | None = None) -> None:
         self.app = app
         self.host = host
         self.port = port
+        self._listening = listening
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
@@ -119,7 +126,8 @@ class LoopbackHTTPServer:
 
     def start(self) -> LoopbackHTTPServer:
         if self._server is None:
-            self._server = _Server((self.host, self.port), self.app)
+            listening, self._listening = self._listening, None
+            self._server = _Server((self.host, self.port), self.app, listening)
             self.port = self._server.server_address[1]
             self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.1},
                                             name=f"http-{self.port}", daemon=True)

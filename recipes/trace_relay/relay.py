@@ -18,6 +18,7 @@ import httpx
 
 from recipes.trace_relay import protocol
 from recipes.trace_relay.http import LoopbackHTTPServer, Request, Response
+from recipes.trace_relay.repeats import RepeatFilter
 from recipes.trace_relay.spool import Record, Spool
 from recipes.trace_relay.upstream import Forwarder, Upstream, UpstreamDown, UpstreamRefused
 
@@ -49,13 +50,15 @@ class Summary:
 
 class TraceRelay:
     def __init__(self, spool_dir, upstream: Upstream | None, entity: str | None = None, host: str = "127.0.0.1",
-                 port: int = 0, max_retry_interval_s: float = 30.0) -> None:
+                 port: int = 0, max_retry_interval_s: float = 30.0, listening=None) -> None:
         self.spool = Spool(spool_dir).acquire()
         self.max_retry_interval_s = max_retry_interval_s
         self.upstream = upstream
         self.entity = entity
         self.forwarder = Forwarder(self.spool, upstream) if upstream else None
-        self.http = LoopbackHTTPServer(self, host, port)
+        self.repeats = RepeatFilter()
+        self._write_lock = threading.Lock()  # a repeat is recognised only once the first copy is durable
+        self.http = LoopbackHTTPServer(self, host, port, listening)  # listening: a socket bound by a supervisor
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -108,9 +111,15 @@ class TraceRelay:
             local = protocol.answer_write(route, ctype, request.body)
         except (ValueError, KeyError, TypeError) as err:  # W&B would refuse it too
             return Response.json({"reason": f"malformed {route} request: {err}"}, status=400)
-        self.spool.append(Record(route=route, body=local.body, content_type=ctype,
-                                 headers={k: request.headers[k] for k in _KEPT_HEADERS if k in request.headers},
-                                 project_id=local.project_id, digest=local.digest, row_digests=local.row_digests))
+        with self._write_lock:
+            body = self.repeats.new_part(route, local.body)
+            if body is not None:
+                self.spool.append(Record(route=route, body=body, content_type=ctype,
+                                         headers={k: request.headers[k] for k in _KEPT_HEADERS
+                                                  if k in request.headers},
+                                         project_id=local.project_id, digest=local.digest,
+                                         row_digests=local.row_digests))
+                self.repeats.remember(route, body)
         self._wake.set()
         return Response.json(local.answer)
 

@@ -1,0 +1,58 @@
+"""Call writes the relay already holds, so a client's repeat is answered without being kept twice.
+
+A weave client repeats a request whose answer it did not get. Behind a supervisor (supervisor.py) that happens
+when the relay was down longer than WEAVE_HTTP_TIMEOUT (30 s): the request waited in the listening socket's
+backlog, the client gave up and sent it again, and the next relay receives both. Calls are keyed by id (a
+start, an end, or a complete call); objects, tables and files are keyed by digest on W&B, so a repeat of one
+is harmless and is not tracked. The memory is this process's, of the most recent MAX_REMEMBERED calls: a
+repeat of a request acknowledged by a relay that then died is kept again, and W&B stores a call once per id.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+
+from recipes.trace_relay import protocol
+
+MAX_REMEMBERED = 200_000  # ~40 MB at most; weave repeats within minutes, far fewer calls than this
+
+
+class RepeatFilter:
+    def __init__(self, capacity: int = MAX_REMEMBERED) -> None:
+        self._seen: set[tuple[str, str]] = set()
+        self._order: deque[tuple[str, str]] = deque()
+        self.capacity = capacity
+        self.repeats = 0  # call writes dropped as repeats
+
+    def new_part(self, route: str, body: bytes) -> bytes | None:
+        """`body` without the calls already held: None when nothing is left, `body` itself when all is new.
+        Call remember() with the same arguments once what it returned is durable."""
+        keys = _keys(route, body)
+        if not keys or not any(key in self._seen for key in keys):
+            return body
+        if protocol.CALLS_COMPLETE.fullmatch(route):
+            req = json.loads(body)
+            fresh = [item for item in req["batch"] if ("complete", item["id"]) not in self._seen]
+            self.repeats += len(req["batch"]) - len(fresh)
+            return json.dumps({**req, "batch": fresh}).encode() if fresh else None
+        self.repeats += 1
+        return None
+
+    def remember(self, route: str, body: bytes) -> None:
+        for key in _keys(route, body):
+            if key not in self._seen:
+                self._seen.add(key)
+                self._order.append(key)
+        while len(self._order) > self.capacity:
+            self._seen.discard(self._order.popleft())
+
+
+def _keys(route: str, body: bytes) -> list[tuple[str, str]]:
+    if protocol.CALLS_COMPLETE.fullmatch(route):
+        return [("complete", item["id"]) for item in json.loads(body)["batch"]]
+    if route.endswith(("/call/start", "/call/end")):
+        kind = "start" if route.endswith("/call/start") else "end"
+        call = json.loads(body)[kind]
+        return [(kind, call["id"])] if call.get("id") else []
+    return []

@@ -1,0 +1,129 @@
+"""A relay that dies mid-run loses no trace: it is started again on the same address, which stays open meanwhile.
+
+Real processes: two weave clients trace steps of calls through the relay and flush after each (as the
+agent-loop workers do). W&B (the stand-in, testkit.weave_http_server) goes down, so the relay holds a step it
+acknowledged but could not forward; then the relay is killed with SIGKILL and stays down longer than weave's
+retry window while the clients go on tracing. Every call must reach W&B once it is back, exactly once."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from recipes.trace_relay.protocol import RELAY_HEALTH_PATH
+from recipes.trace_relay.spool import Spool
+from recipes.tracing import TRACE_RELAY_ENV
+from testkit.relay_process import RelayProcess
+from testkit.weave_http_server import API_KEY, loopback_wandb
+
+pytestmark = pytest.mark.timeout(120)
+
+CLIENTS, STEPS, CALLS_PER_STEP = 2, 6, 20
+FORWARDED_STEPS, KILL_AFTER_STEP = 2, 3  # W&B goes down after step 2; the relay dies after step 3
+RESTART_DELAY_S = 2.0  # the supervisor's first restart delay: alone longer than the window below
+
+# pauses after the steps named in argv[5] until the test writes `<progress>.go<step>`: nothing is in flight then
+CLIENT = """
+import os, sys, time
+from recipes.tracing import use_trace_relay
+assert use_trace_relay(), "the relay did not answer at start"
+import weave
+client = weave.init("relay-restart")
+name, steps, per_step, progress, pauses = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
+for step in range(1, steps + 1):
+    for i in range(per_step):
+        client.finish_call(client.create_call("Rollout.run", {"worker": name, "step": step, "i": i}),
+                           output={"reward": 1.0})
+    client.flush()  # the worker's per-step flush: a batch that fails one retry cycle here is dropped
+    with open(progress, "w") as f:
+        f.write(str(step))
+    while str(step) in pauses.split(",") and not os.path.exists(f"{progress}.go{step}"):
+        time.sleep(0.05)
+os._exit(0)  # as a Ray worker ends: no atexit
+"""
+
+
+def weave_retry_window_s() -> float:
+    """The longest a client keeps retrying a refused request with WEAVE_RETRY_MAX_ATTEMPTS=1: only the HTTP
+    client's own retries, 0.5 s then 1 s (weave/vendor/weave_server_sdk/_base_client.py, before jitter that
+    only shortens them). At weave's defaults (3 attempts, waits of 1-2 s and 2-3 s between) it is ~9.5 s."""
+    from weave.vendor.weave_server_sdk._constants import DEFAULT_MAX_RETRIES, INITIAL_RETRY_DELAY, MAX_RETRY_DELAY
+
+    return sum(min(INITIAL_RETRY_DELAY * 2**n, MAX_RETRY_DELAY) for n in range(DEFAULT_MAX_RETRIES))
+
+
+def wait_for(predicate, what: str, clients, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert all(c.poll() is None for c in clients), f"a client exited while waiting for {what}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_a_relay_killed_mid_run_is_restarted_on_its_address_and_loses_nothing(repo_root, tmp_path):
+    window = weave_retry_window_s()
+    progress = [tmp_path / f"client{n}.progress" for n in range(CLIENTS)]
+
+    def all_at(step: int) -> bool:
+        return all(p.exists() and p.read_text() == str(step) for p in progress)
+
+    def go(step: int) -> None:
+        for p in progress:
+            Path(f"{p}.go{step}").touch()
+
+    with loopback_wandb() as wandb:
+        relay = RelayProcess(tmp_path / "spool", "--max-retry-interval", "1", "--restart-delay", str(RESTART_DELAY_S),
+                             WANDB_BASE_URL=wandb.url, WANDB_API_KEY=API_KEY)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB", "WF_", "WEAVE"))}
+        env.update({TRACE_RELAY_ENV: relay.url, "WANDB_ENTITY": wandb.entity, "PYTHONPATH": str(repo_root),
+                    "WEAVE_PRINT_CALL_LINK": "false", "WANDB_ERROR_REPORTING": "false",
+                    "WEAVE_RETRY_MAX_ATTEMPTS": "1"})  # weave's documented knob: its shortest retry window
+        clients = [subprocess.Popen([sys.executable, "-c", CLIENT, f"w{n}", str(STEPS), str(CALLS_PER_STEP),
+                                     str(progress[n]), f"{FORWARDED_STEPS},{KILL_AFTER_STEP}"], env=env,
+                                    cwd=repo_root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                   for n in range(CLIENTS)]
+        forwarded = CLIENTS * FORWARDED_STEPS * CALLS_PER_STEP
+        try:
+            wait_for(lambda: all_at(FORWARDED_STEPS) and len(wandb.storage.complete_call_ids()) == forwarded,
+                     "the first steps to reach W&B", clients)
+            wandb.stop()
+            go(FORWARDED_STEPS)
+            wait_for(lambda: all_at(KILL_AFTER_STEP), "the step made while W&B is down", clients)
+            held = Spool(relay.spool).pending_count  # acknowledged by the relay, not yet on W&B
+            killed = relay.serving_pid
+            os.kill(killed, signal.SIGKILL)
+            killed_at = time.monotonic()
+            go(KILL_AFTER_STEP)  # the clients trace on while no relay runs
+            wandb.start()
+            downtime = None
+            try:  # waits in the socket's backlog while no relay runs; answered by the next relay
+                httpx.get(relay.url + RELAY_HEALTH_PATH, timeout=30).raise_for_status()
+                downtime = time.monotonic() - killed_at
+            except httpx.HTTPError:
+                pass
+            outputs = [c.communicate(timeout=60)[0] for c in clients]
+            made = CLIENTS * STEPS * CALLS_PER_STEP
+            received = wandb.wait_for_calls(made, timeout_s=20)
+        finally:
+            for c in clients:
+                if c.poll() is None:
+                    c.kill()
+            summary = relay.stop()
+    print(f"relay killed after step {KILL_AFTER_STEP} of {STEPS} holding {held} records W&B did not have, down "
+          f"{downtime or 0:.1f} s (weave's retry window here {window:.1f} s): {made} calls made, {len(received)} "
+          f"received, {sum(wandb.app.call_starts_received.values()) - len(received)} duplicates")
+    assert len(received) == made, f"{made - len(received)} of {made} calls lost\n{summary}\n{outputs[0][-1500:]}"
+    assert all(c.returncode == 0 for c in clients), [o[-1500:] for o in outputs]
+    assert held > 0 and downtime is not None and downtime > window, (held, downtime)
+    assert set(wandb.app.call_starts_received.values()) == {1}  # exactly once
+    assert relay.serving_pid != killed
+    restart = next(line for line in summary.splitlines() if "trace relay supervisor:" in line)
+    assert f"the relay (pid {killed}) was killed by SIGKILL" in restart and f"restarting it on {relay.url}" in restart
+    assert relay.process.returncode == 0 and summary.splitlines()[-1].endswith(", 0 pending"), summary
