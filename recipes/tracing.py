@@ -163,13 +163,30 @@ def use_trace_relay() -> str | None:
     os.environ.setdefault("WANDB_API_KEY", RELAY_CLIENT_KEY)  # a netrc entry is for W&B's host, not the relay's
     os.environ["WANDB_ERROR_REPORTING"] = "false"  # Sentry would try to leave an air-gapped node
     os.environ["WEAVE_USE_SERVER_CACHE"] = "false"  # its cache is keyed without the server URL (facts doc)
-    try:  # weave.init asks PyPI for a newer weave (3 s timeout, DNS not bounded) and offers no switch
+    try:
         from weave.trace import init_message
 
+        # weave.init asks PyPI for a newer weave (3 s timeout, DNS not bounded) and offers no switch
         init_message._print_version_check = lambda: None
+        # "View Weave data at <relay URL>" would name a loopback port gone after the run; the launcher says
+        # once where the traces are in W&B (recipes/trace_location.py)
+        init_message.print_init_message = lambda *args, **kwargs: None
     except ImportError:
         pass
     return url
+
+
+def quiet_call_links() -> None:
+    """No per-call `weave: 🍩 <url>` lines from this process, unless the user asked for them.
+
+    weave logs one link per root call (weave/trace/weave_client.py:262-264, from create_call or finish_call)
+    unless WEAVE_PRINT_CALL_LINK is false: at the recipe's defaults that is one line per traced trajectory,
+    hundreds per step, and through the relay each names a loopback port gone after the run. Each line shows
+    twice: weave's logger has its own handler and still propagates to the root handler `import verl` adds.
+    The environment variable is the only setting that holds here: weave.init keeps its settings in a
+    ContextVar, and the recipe runs weave.init in a thread of its own, so they never reach the rollouts."""
+    if not os.environ.get("WEAVE_PRINT_CALL_LINK"):  # weave reads an empty value as unset
+        os.environ["WEAVE_PRINT_CALL_LINK"] = "false"
 
 
 def _relay_answers(url: str, timeout_s: float = 5.0) -> bool:
@@ -227,7 +244,8 @@ INIT_TIMEOUT_S = float(os.environ.get("GSM8K_RECIPE_TRACE_INIT_TIMEOUT", "120"))
 
 
 def guard_trace_init() -> None:
-    """Make RolloutTraceConfig.init survive weave.init failing: tracing goes off, training goes on.
+    """Make RolloutTraceConfig.init survive weave.init failing (tracing goes off, training goes on), and
+    keep weave from logging a link per traced call (quiet_call_links).
 
     The recipe's agent-loop worker (recipes/agent_loop_worker.py) calls this before verl's
     AgentLoopWorker.__init__ runs RolloutTraceConfig.init.
@@ -240,8 +258,10 @@ def guard_trace_init() -> None:
 
     def guarded_init(cls, project_name, experiment_name, backend, token2text=False,
                      max_samples_per_step_per_worker=None):
-        if backend == "weave" and not _weave_ready(project_name):
-            backend = None
+        if backend == "weave":
+            quiet_call_links()  # here, in the worker process: the launcher's environment may not reach it
+            if not _weave_ready(project_name):
+                backend = None
         return original(cls, project_name, experiment_name, backend, token2text, max_samples_per_step_per_worker)
 
     guarded_init._recipe_guarded = True
