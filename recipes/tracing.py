@@ -37,6 +37,7 @@ TOKEN_FIELDS = frozenset({
 })
 _LONG_NUMBER_LIST = 16  # any other all-number list longer than this is treated as token data too
 ROOT_OP_SUFFIX = "AgentLoop.run"
+CHAT_OP = "trajectory_chat"  # one per traced trajectory, under its root: the conversation in the UI's chat shape
 
 # What the recipe loop wants shown first in its trace root (reward, correct, ...). Set inside the traced
 # `run`; verl's rollout_trace_op awaits `run` directly, so the wrapper shares the context and reads it when
@@ -112,7 +113,27 @@ class TextOnlyTracer:
             ROLLOUT_SUMMARY.set(None)  # one root per summary
             if summary and isinstance(clean, dict):  # the recipe loop's summary goes first in the root's output
                 clean = {**summary, **{k: v for k, v in clean.items() if k not in summary}}
+                self._log_chat(call, summary.get("messages"))
         return self.client.finish_call(call, output=clean, exception=exception, **kwargs)
+
+    def _log_chat(self, root: Any, messages: list[dict] | None) -> None:
+        """The trajectory once more as one chat-completion call under its root, for the Weave UI's Chat tab.
+
+        The UI shows a call as a chat when its inputs hold OpenAI-style `messages` and its output `choices`
+        (weave-js ChatView: isTraceCallChatFormatOpenAI / isMessage). The root's inputs are verl's, sent when
+        the trajectory starts, so this call, made when it ends, holds the conversation: the messages before
+        the model's last turn as inputs, that turn as choices[0]."""
+        if not messages:
+            return
+        try:
+            answered = messages[-1]["role"] == "assistant"
+            request, last = (messages[:-1], messages[-1]) if answered else (messages, None)
+            chat = self.client.create_call(op=CHAT_OP, inputs={"messages": request}, parent=root,
+                                           display_name="conversation", use_stack=False)
+            choices = [{"index": 0, "message": last, "finish_reason": "stop"}] if last else []
+            self.client.finish_call(chat, output={"choices": choices})
+        except Exception as err:  # a trace must never fail a rollout
+            logger.warning("Weave: the conversation call was not logged: %s: %s", type(err).__name__, err)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.client, name)

@@ -1,7 +1,8 @@
 """Reading a decoded multi-turn trajectory: what the model wrote, its tool calls, and what the tools answered.
 
 The one home for this parsing: the reward (recipes/reward.py), the traced summary of each rollout
-(recipes/traced_agent_loop.py) and the offline reports (recipes/rollout_report/) all read trajectories here.
+(recipes/traced_agent_loop.py, which shows it as chat messages) and the offline reports
+(recipes/rollout_report/) all read trajectories here.
 
 verl's reward manager decodes the whole response with special tokens skipped, so a tool turn looks like
 
@@ -41,9 +42,61 @@ def count_tool_errors(solution_str: str) -> int:
     return sum(text.startswith(TOOL_ERROR_PREFIXES) for text in tool_responses(solution_str))
 
 
-def final_turn(solution_str: str) -> str:
-    """What the model wrote after the last tool response (the whole text if no tool answered)."""
-    return solution_str.rsplit("<tool_response>", 1)[-1].split("</tool_response>")[-1].strip()
+def chat_messages(prompt: list[dict], turns: list[tuple[bool, str]]) -> list[dict]:
+    """The trajectory as OpenAI-style chat messages, the shape the Weave UI shows as a chat: the prompt's
+    messages, then per turn an assistant message (its tool calls as structured `tool_calls`) or the tool
+    results that answered it (role "tool", one per <tool_response>, linked by `tool_call_id`).
+
+    `turns`: (written_by_the_model, text) for each run of the response, as the response mask splits it, each
+    decoded with special tokens skipped. A tool turn's role words and tags are dropped; a turn without a
+    <tool_response> (not one the recipe's tools make) becomes a user message."""
+    messages = [{"role": str(m["role"]), "content": m["content"]} for m in prompt]
+    pending: list[dict] = []  # the last assistant's calls not answered yet, in order
+    for by_model, text in turns:
+        if by_model:
+            message = assistant_message(text, first_call_index=sum(len(m.get("tool_calls", ())) for m in messages))
+            pending = list(message.get("tool_calls", ()))
+            messages.append(message)
+            continue
+        results = tool_responses(text)
+        if not results:
+            messages.append({"role": "user", "content": text.strip()})
+        for result in results:
+            call = pending.pop(0) if pending else None
+            message = {"role": "tool", "content": result}
+            if call:
+                message.update(tool_call_id=call["id"], name=call["function"]["name"])
+            messages.append(message)
+    return messages
+
+
+def assistant_message(text: str, first_call_index: int = 0) -> dict:
+    """One assistant turn: its text, and each well-formed <tool_call> as an OpenAI tool call (arguments as a
+    JSON string). A malformed call stays in the text as the model wrote it (the tool turn says what was wrong)."""
+    calls = []
+
+    def take(match: re.Match) -> str:
+        try:
+            call = json.loads(match.group(1))
+        except json.JSONDecodeError:
+            return match.group(0)
+        if not (isinstance(call, dict) and isinstance(call.get("name"), str)):
+            return match.group(0)
+        calls.append({"id": f"call_{first_call_index + len(calls)}", "type": "function",
+                      "function": {"name": call["name"], "arguments": json.dumps(call.get("arguments", {}))}})
+        return ""
+
+    content = _TOOL_CALL.sub(take, text).strip()
+    message: dict = {"role": "assistant", "content": content}
+    if calls:
+        message["tool_calls"] = calls
+    return message
+
+
+def final_answer(messages: list[dict]) -> str:
+    """The text of the model's last turn (its tool calls left out); empty if it wrote none."""
+    last = next((m for m in reversed(messages) if m["role"] == "assistant"), None)
+    return (last or {}).get("content") or ""
 
 
 def offered_tools(extra_info: dict | None) -> Collection[str]:
