@@ -14,6 +14,7 @@ verl's own "Invalid JSON" answer instead of silently ending the trajectory) in e
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
@@ -24,6 +25,7 @@ import recipes.tool_parser  # noqa: F401  registers multi_turn.format=hermes_wit
 from recipes.tracing import ROLLOUT_SUMMARY, install_text_only_tracer, tracing_this_call
 from recipes.trajectory import chat_messages, count_tool_errors, final_answer
 
+logger = logging.getLogger(__name__)
 _REWARD_FNS: dict[int, Any] = {}
 
 
@@ -46,7 +48,10 @@ class TracedToolAgentLoop(ToolAgentLoop):
         # ToolAgentLoop.run is itself traced; call the undecorated body so each trajectory has one root.
         output = await ToolAgentLoop.run.__wrapped__(self, sampling_params, **kwargs)
         if tracing_this_call():  # to the trace root only: the output must not depend on tracing (batch columns)
-            ROLLOUT_SUMMARY.set(self.summarize(output, kwargs))
+            try:
+                ROLLOUT_SUMMARY.set(self.summarize(output, kwargs))
+            except Exception as err:  # a trace must never fail a rollout: the root then has verl's fields only
+                logger.warning("Trace summary of one trajectory failed: %s: %s", type(err).__name__, err)
         return output
 
     def summarize(self, output: AgentLoopOutput, kwargs: dict) -> dict:
@@ -55,7 +60,8 @@ class TracedToolAgentLoop(ToolAgentLoop):
         messages (recipes.trajectory.chat_messages)."""
         solution_str = self.tokenizer.decode(output.response_ids, skip_special_tokens=True)
         ground_truth = (kwargs.get("reward_model") or {}).get("ground_truth")
-        messages = chat_messages(list(kwargs.get("raw_prompt") or []), self._turns(output))
+        raw_prompt = kwargs.get("raw_prompt")  # verl hands it over as a numpy object array
+        messages = chat_messages(list(raw_prompt) if raw_prompt is not None else [], self._turns(output))
         summary: dict[str, Any] = {}
         reward_fn = _reward_fn(self.config)
         if reward_fn is not None and ground_truth is not None:

@@ -6,6 +6,7 @@ shape the Weave UI shows as a chat (weave-js ChatView: isTraceCallChatFormatOpen
 import asyncio
 import json
 
+import numpy as np
 import pytest
 
 from data_prep.gsm8k_rows import SourceRecord, build_row
@@ -33,6 +34,7 @@ def received(repo_root):
         f"reward.custom_reward_function.path={repo_root}/recipes/reward.py",))
     tools = harness.load_tools(config)
     row = build_row(SourceRecord(QUESTION, "#### 72", "t", 0), "train", get_tool_set("calculator"))
+    row["prompt"] = np.array(row["prompt"], dtype=object)  # as verl's batch hands raw_prompt to the loop
     llm = ScriptedLLM(tok, lambda prompt: TURNS)
 
     async def rollout():
