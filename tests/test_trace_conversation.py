@@ -91,3 +91,26 @@ def test_the_conversation_is_a_chat_call_the_weave_ui_shows_as_a_chat(received):
         for call in message.get("tool_calls", []):
             assert all(isinstance(v, str) for v in (call["id"], call["type"], call["function"]["name"],
                                                     call["function"]["arguments"]))
+
+
+def test_every_tool_call_is_answered_in_the_order_written_malformed_ones_included():
+    """verl answers a turn's <tool_call>s in order (up to max_parallel_calls), malformed ones too (recipes/
+    tool_parser.py), so results pair with calls by position. Decoded turns as the response mask splits them."""
+    from recipes.trajectory import chat_messages
+
+    turns = [(True, 'Let me compute.<tool_call>\n{"name": "calculator", "arguments": {"expression": "7/"}\n'
+                    '</tool_call>\n<tool_call>\n{"name": "calculator", "arguments": {"expression": "7/2"}}\n'
+                    '</tool_call>'),
+             (False, "\nuser\n<tool_response>\nInvalid JSON in arguments for 'calculator'\n</tool_response>\n"
+                     "<tool_response>\n3.5\n</tool_response>\nassistant\n"),
+             (True, "#### 3.5")]
+    messages = chat_messages([{"role": "user", "content": "7/2?"}], turns)
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool", "tool", "assistant"]
+    bad, good = messages[1]["tool_calls"]
+    assert messages[1]["content"] == "Let me compute."
+    assert bad["function"] == {"name": "calculator", "arguments": '{"name": "calculator", "arguments": '
+                                                                  '{"expression": "7/"}'}  # as written
+    assert json.loads(good["function"]["arguments"]) == {"expression": "7/2"}
+    assert (messages[2]["tool_call_id"], messages[3]["tool_call_id"]) == (bad["id"], good["id"])
+    assert messages[2]["content"].startswith("Invalid JSON") and messages[3]["content"] == "3.5"
+    assert messages[4] == {"role": "assistant", "content": "#### 3.5"}
