@@ -6,7 +6,9 @@ element of lists in those inputs and outputs in the agent loop's thread (~60 µs
 ids are most of what verl logs. `TextOnlyTracer` wraps the client once per worker process and keeps the
 text (token2text's decoded prompt/response, messages, tool arguments and results) while replacing token-id
 lists and verl's AgentData object with short placeholders. It also names each trajectory's root call after
-its GRPO group so the group's rollouts sort together in the Weave UI.
+its GRPO group so the group's rollouts sort together in the Weave UI, puts the recipe loop's summary (reward
+first, then the conversation as chat messages) at the top of the root's output, and logs the conversation once
+more under the root as a chat-completion call, which the Weave UI shows in its Chat tab.
 
 `guard_trace_init` makes a failed `weave.init` (no key, W&B unreachable, a server that disables this weave)
 turn tracing off with one warning instead of killing the agent-loop worker. `use_trace_relay` points this
