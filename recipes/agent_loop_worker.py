@@ -6,7 +6,8 @@ verl's AgentLoopManager keeps an `agent_loop_workers_class` it finds already set
 which, in each worker process:
 - points weave at the node's trace relay when the launcher runs one (recipes.tracing.use_trace_relay),
 - makes a failing weave.init switch tracing off instead of killing the worker (guard_trace_init), before
-  verl's AgentLoopWorker.__init__ calls RolloutTraceConfig.init, whatever the tool set,
+  verl's AgentLoopWorker.__init__ calls RolloutTraceConfig.init, whatever the tool set, and keeps weave from
+  logging a link per traced call (quiet_call_links: set here, in the worker, whatever environment Ray gave it),
 - flushes weave at the end of every generate_sequences (bounded, off the event loop): Ray async actors never
   run atexit, so calls still queued when training ends would otherwise be lost.
 """

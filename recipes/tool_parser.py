@@ -14,32 +14,19 @@ selects it with actor_rollout_ref.rollout.multi_turn.format=hermes_with_feedback
 
 from __future__ import annotations
 
-import json
-import re
-
 from verl.experimental.agent_loop.tool_parser import FunctionCall, HermesToolParser, ToolParser
 from verl.utils.ray_utils import get_event_loop
 from verl.utils.rollout_trace import rollout_trace_op
 
+from recipes.trajectory import TOOL_CALL_BLOCK, read_tool_call
+
 PARSER_NAME = "hermes_with_feedback"
-# A closed call, or an opened one the turn ended inside (the model stopped before </tool_call>).
-_CALL = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
-_NAME = re.compile(r'"name"\s*:\s*"([^"]*)"')
-UNREADABLE_NAME = "unreadable_tool_call"  # verl answers: Unknown function 'unreadable_tool_call'. Available: ...
 
 
 def parse_call(body: str) -> FunctionCall:
     """One <tool_call> body as a FunctionCall; one that is not a readable call keeps arguments verl cannot load."""
-    try:
-        call = json.loads(body)
-    except json.JSONDecodeError:
-        call = None
-    if isinstance(call, dict) and isinstance(call.get("name"), str) and "arguments" in call:
-        return FunctionCall(name=call["name"], arguments=json.dumps(call["arguments"], ensure_ascii=False))
-    name = _NAME.search(body)
-    if isinstance(call, dict):  # valid JSON, but not {"name": ..., "arguments": ...}
-        return FunctionCall(name=str(call.get("name") or UNREADABLE_NAME), arguments="")
-    return FunctionCall(name=name.group(1) if name else UNREADABLE_NAME, arguments=body.strip())
+    name, arguments = read_tool_call(body)
+    return FunctionCall(name=name, arguments=arguments)
 
 
 @ToolParser.register(PARSER_NAME)
@@ -50,8 +37,8 @@ class HermesWithFeedbackToolParser(HermesToolParser):
         if self.tool_call_start_token not in text:
             return text, []
         special = [t for t in self.tokenizer.all_special_tokens if t in text]  # an unclosed call runs into <|im_end|>
-        bodies = [self._without(body, special) for body in _CALL.findall(text)]
-        return _CALL.sub("", text), [parse_call(body) for body in bodies]
+        bodies = [self._without(body, special) for body in TOOL_CALL_BLOCK.findall(text)]
+        return TOOL_CALL_BLOCK.sub("", text), [parse_call(body) for body in bodies]
 
     @staticmethod
     def _without(body: str, tokens: list[str]) -> str:

@@ -6,7 +6,9 @@ element of lists in those inputs and outputs in the agent loop's thread (~60 µs
 ids are most of what verl logs. `TextOnlyTracer` wraps the client once per worker process and keeps the
 text (token2text's decoded prompt/response, messages, tool arguments and results) while replacing token-id
 lists and verl's AgentData object with short placeholders. It also names each trajectory's root call after
-its GRPO group so the group's rollouts sort together in the Weave UI.
+its GRPO group so the group's rollouts sort together in the Weave UI, puts the recipe loop's summary (reward
+first, then the conversation as chat messages) at the top of the root's output, and logs the conversation once
+more under the root as a chat-completion call, which the Weave UI shows in its Chat tab.
 
 `guard_trace_init` makes a failed `weave.init` (no key, W&B unreachable, a server that disables this weave)
 turn tracing off with one warning instead of killing the agent-loop worker. `use_trace_relay` points this
@@ -37,6 +39,7 @@ TOKEN_FIELDS = frozenset({
 })
 _LONG_NUMBER_LIST = 16  # any other all-number list longer than this is treated as token data too
 ROOT_OP_SUFFIX = "AgentLoop.run"
+CHAT_OP = "trajectory_chat"  # one per traced trajectory, under its root: the conversation in the UI's chat shape
 
 # What the recipe loop wants shown first in its trace root (reward, correct, ...). Set inside the traced
 # `run`; verl's rollout_trace_op awaits `run` directly, so the wrapper shares the context and reads it when
@@ -112,7 +115,27 @@ class TextOnlyTracer:
             ROLLOUT_SUMMARY.set(None)  # one root per summary
             if summary and isinstance(clean, dict):  # the recipe loop's summary goes first in the root's output
                 clean = {**summary, **{k: v for k, v in clean.items() if k not in summary}}
+                self._log_chat(call, summary.get("messages"))
         return self.client.finish_call(call, output=clean, exception=exception, **kwargs)
+
+    def _log_chat(self, root: Any, messages: list[dict] | None) -> None:
+        """The trajectory once more as one chat-completion call under its root, for the Weave UI's Chat tab.
+
+        The UI shows a call as a chat when its inputs hold OpenAI-style `messages` and its output `choices`
+        (weave-js ChatView: isTraceCallChatFormatOpenAI / isMessage). The root's inputs are verl's, sent when
+        the trajectory starts, so this call, made when it ends, holds the conversation: the messages before
+        the model's last turn as inputs, that turn as choices[0]."""
+        if not messages:
+            return
+        try:
+            answered = messages[-1]["role"] == "assistant"
+            request, last = (messages[:-1], messages[-1]) if answered else (messages, None)
+            chat = self.client.create_call(op=CHAT_OP, inputs={"messages": request}, parent=root,
+                                           display_name="conversation", use_stack=False)
+            choices = [{"index": 0, "message": last, "finish_reason": "stop"}] if last else []
+            self.client.finish_call(chat, output={"choices": choices})
+        except Exception as err:  # a trace must never fail a rollout
+            logger.warning("Weave: the conversation call was not logged: %s: %s", type(err).__name__, err)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.client, name)
@@ -163,13 +186,30 @@ def use_trace_relay() -> str | None:
     os.environ.setdefault("WANDB_API_KEY", RELAY_CLIENT_KEY)  # a netrc entry is for W&B's host, not the relay's
     os.environ["WANDB_ERROR_REPORTING"] = "false"  # Sentry would try to leave an air-gapped node
     os.environ["WEAVE_USE_SERVER_CACHE"] = "false"  # its cache is keyed without the server URL (facts doc)
-    try:  # weave.init asks PyPI for a newer weave (3 s timeout, DNS not bounded) and offers no switch
+    try:
         from weave.trace import init_message
 
+        # weave.init asks PyPI for a newer weave (3 s timeout, DNS not bounded) and offers no switch
         init_message._print_version_check = lambda: None
+        # "View Weave data at <relay URL>" would name a loopback port gone after the run; the launcher says
+        # once where the traces are in W&B (recipes/trace_location.py)
+        init_message.print_init_message = lambda *args, **kwargs: None
     except ImportError:
         pass
     return url
+
+
+def quiet_call_links() -> None:
+    """No per-call `weave: 🍩 <url>` lines from this process, unless the user asked for them.
+
+    weave logs one link per root call (weave/trace/weave_client.py:262-264, from create_call or finish_call)
+    unless WEAVE_PRINT_CALL_LINK is false: at the recipe's defaults that is one line per traced trajectory,
+    hundreds per step, and through the relay each names a loopback port gone after the run. Each line shows
+    twice: weave's logger has its own handler and still propagates to the root handler `import verl` adds.
+    The environment variable is the only setting that holds here: weave.init keeps its settings in a
+    ContextVar, and the recipe runs weave.init in a thread of its own, so they never reach the rollouts."""
+    if not os.environ.get("WEAVE_PRINT_CALL_LINK"):  # weave reads an empty value as unset
+        os.environ["WEAVE_PRINT_CALL_LINK"] = "false"
 
 
 def _relay_answers(url: str, timeout_s: float = 5.0) -> bool:
@@ -227,7 +267,8 @@ INIT_TIMEOUT_S = float(os.environ.get("GSM8K_RECIPE_TRACE_INIT_TIMEOUT", "120"))
 
 
 def guard_trace_init() -> None:
-    """Make RolloutTraceConfig.init survive weave.init failing: tracing goes off, training goes on.
+    """Make RolloutTraceConfig.init survive weave.init failing (tracing goes off, training goes on), and
+    keep weave from logging a link per traced call (quiet_call_links).
 
     The recipe's agent-loop worker (recipes/agent_loop_worker.py) calls this before verl's
     AgentLoopWorker.__init__ runs RolloutTraceConfig.init.
@@ -240,8 +281,10 @@ def guard_trace_init() -> None:
 
     def guarded_init(cls, project_name, experiment_name, backend, token2text=False,
                      max_samples_per_step_per_worker=None):
-        if backend == "weave" and not _weave_ready(project_name):
-            backend = None
+        if backend == "weave":
+            quiet_call_links()  # here, in the worker process: the launcher's environment may not reach it
+            if not _weave_ready(project_name):
+                backend = None
         return original(cls, project_name, experiment_name, backend, token2text, max_samples_per_step_per_worker)
 
     guarded_init._recipe_guarded = True

@@ -1,7 +1,8 @@
 """Reading a decoded multi-turn trajectory: what the model wrote, its tool calls, and what the tools answered.
 
 The one home for this parsing: the reward (recipes/reward.py), the traced summary of each rollout
-(recipes/traced_agent_loop.py) and the offline reports (recipes/rollout_report/) all read trajectories here.
+(recipes/traced_agent_loop.py, which shows it as chat messages) and the offline reports
+(recipes/rollout_report/) all read trajectories here.
 
 verl's reward manager decodes the whole response with special tokens skipped, so a tool turn looks like
 
@@ -24,6 +25,11 @@ KNOWN_TOOLS = frozenset({CALCULATOR, CALC_GSM8K_REWARD})
 _TOOL_TURN = re.compile(r"(?:\nuser\n)?<tool_response>.*?(?:</tool_response>(?:\nassistant\n)?|\Z)", re.DOTALL)
 _TOOL_RESPONSE_TEXT = re.compile(r"<tool_response>\n?(.*?)\n?(?:</tool_response>|\Z)", re.DOTALL)
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+# A closed call, or an opened one the turn ended inside (the model stopped before </tool_call>): the agent loop
+# answers both (recipes/tool_parser.py), so both are calls of the turn.
+TOOL_CALL_BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
+_CALL_NAME = re.compile(r'"name"\s*:\s*"([^"]*)"')
+UNREADABLE_NAME = "unreadable_tool_call"  # verl answers: Unknown function 'unreadable_tool_call'. Available: ...
 # How our tools (Error: ...) and verl's agent loop (unknown tool, unparsable arguments) report a failed call.
 TOOL_ERROR_PREFIXES = ("Error", "Unknown function", "Invalid JSON")
 
@@ -41,9 +47,67 @@ def count_tool_errors(solution_str: str) -> int:
     return sum(text.startswith(TOOL_ERROR_PREFIXES) for text in tool_responses(solution_str))
 
 
-def final_turn(solution_str: str) -> str:
-    """What the model wrote after the last tool response (the whole text if no tool answered)."""
-    return solution_str.rsplit("<tool_response>", 1)[-1].split("</tool_response>")[-1].strip()
+def chat_messages(prompt: list[dict], turns: list[tuple[bool, str]]) -> list[dict]:
+    """The trajectory as OpenAI-style chat messages, the shape the Weave UI shows as a chat: the prompt's
+    messages, then per turn an assistant message (its tool calls as structured `tool_calls`) or the tool
+    results that answered it (role "tool", one per <tool_response>, linked in order by `tool_call_id`: the agent
+    loop answers every <tool_call> of a turn, malformed ones included, in the order written).
+
+    `turns`: (written_by_the_model, text) for each run of the response, as the response mask splits it, each
+    decoded with special tokens skipped. A tool turn's role words and tags are dropped; a turn without a
+    <tool_response> (not one the recipe's tools make) becomes a user message."""
+    messages = [{"role": str(m["role"]), "content": m["content"]} for m in prompt]
+    pending: list[dict] = []  # the last assistant's calls not answered yet, in order
+    for by_model, text in turns:
+        if by_model:
+            message = assistant_message(text, first_call_index=sum(len(m.get("tool_calls", ())) for m in messages))
+            pending = list(message.get("tool_calls", ()))
+            messages.append(message)
+            continue
+        results = tool_responses(text)
+        if not results:
+            messages.append({"role": "user", "content": text.strip()})
+        for result in results:
+            call = pending.pop(0) if pending else None
+            message = {"role": "tool", "content": result}
+            if call:
+                message.update(tool_call_id=call["id"], name=call["function"]["name"])
+            messages.append(message)
+    return messages
+
+
+def read_tool_call(body: str) -> tuple[str, str]:
+    """One <tool_call> body as (name, arguments as a JSON string). A body that is not a readable call keeps
+    arguments no JSON loader accepts (the raw body, or "" for JSON without "arguments"), so the agent loop
+    answers it with verl's "Invalid JSON ..." / "Unknown function ..." instead of dropping it."""
+    try:
+        call = json.loads(body)
+    except json.JSONDecodeError:
+        call = None
+    if isinstance(call, dict) and isinstance(call.get("name"), str) and "arguments" in call:
+        return call["name"], json.dumps(call["arguments"], ensure_ascii=False)
+    if isinstance(call, dict):  # valid JSON, but not {"name": ..., "arguments": ...}
+        return str(call.get("name") or UNREADABLE_NAME), ""
+    name = _CALL_NAME.search(body)
+    return (name.group(1) if name else UNREADABLE_NAME), body.strip()
+
+
+def assistant_message(text: str, first_call_index: int = 0) -> dict:
+    """One assistant turn: its text without the <tool_call> blocks, and each block as an OpenAI tool call
+    (read as the agent loop reads it: a malformed call keeps its raw text as arguments)."""
+    calls = [{"id": f"call_{first_call_index + i}", "type": "function",
+              "function": dict(zip(("name", "arguments"), read_tool_call(body), strict=True))}
+             for i, body in enumerate(TOOL_CALL_BLOCK.findall(text))]
+    message: dict = {"role": "assistant", "content": TOOL_CALL_BLOCK.sub("", text).strip()}
+    if calls:
+        message["tool_calls"] = calls
+    return message
+
+
+def final_answer(messages: list[dict]) -> str:
+    """The text of the model's last turn (its tool calls left out); empty if it wrote none."""
+    last = next((m for m in reversed(messages) if m["role"] == "assistant"), None)
+    return (last or {}).get("content") or ""
 
 
 def offered_tools(extra_info: dict | None) -> Collection[str]:

@@ -20,6 +20,7 @@ from omegaconf import OmegaConf
 from recipes.preflight.checks import run_all
 from recipes.preflight.compose import compose_config, validate_like_verl
 from recipes.preflight.stale_keys import stale_warnings
+from recipes.trace_location import weave_project_url, where_traces_go
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,6 +31,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--print-config", action="store_true", help="print the composed config (YAML)")
     p.add_argument("--trace-backend-to", metavar="FILE",
                    help="write 'weave' or 'off' to FILE: whether the run traces (the launcher starts a relay then)")
+    p.add_argument("--trace-route", choices=("off", "auto", "offline"),
+                   help="say once where the traces go: off = workers send to W&B, auto/offline = via this node's "
+                        "trace relay (TRACE_RELAY)")
+    p.add_argument("--trace-spool", metavar="DIR", help="the trace relay's spool directory")
     p.add_argument("overrides", nargs="*")
     args = p.parse_args(argv)
     # verl prints as it validates and loads tools; keep stdout for the config and the command alone
@@ -40,14 +45,21 @@ def main(argv: list[str] | None = None) -> int:
     if args.print_config:
         print(OmegaConf.to_yaml(config))
     if args.trace_backend_to:
-        traces = OmegaConf.select(config, "actor_rollout_ref.rollout.trace.backend") == "weave"
-        Path(args.trace_backend_to).write_text("weave" if traces else "off")
+        Path(args.trace_backend_to).write_text("weave" if _traces(config) else "off")
     if report.errors:
         print(f"[preflight] {len(report.errors)} problem(s); nothing was started.", file=sys.stderr)
         return 1
     print("[preflight] ok: config composes, verl validates it, data/tools/reward/agent loops/tracing agree",
           file=sys.stderr)
+    if args.trace_route and _traces(config):  # the workers print no per-call links: this line is the one
+        url = weave_project_url(config.trainer.project_name)
+        print(f"[traces] {where_traces_go(url, config.trainer.experiment_name, args.trace_route, args.trace_spool)}",
+              file=sys.stderr)
     return 0
+
+
+def _traces(config) -> bool:
+    return OmegaConf.select(config, "actor_rollout_ref.rollout.trace.backend") == "weave"
 
 
 def _check(args):

@@ -115,9 +115,17 @@ CMD=("$PYTHON" -m verl.trainer.main_ppo --config-path="$REPO_ROOT/config" --conf
 cd "$REPO_ROOT"  # Ray puts the driver's cwd on every local worker's sys.path: our tools and recipes import there
 export PYTHONPATH="$REPO_ROOT${PYTHONPATH:+:$PYTHONPATH}"
 
+# The trace relay (recipes/trace_relay) listens on this node's loopback. The agent-loop workers get its URL from
+# this shell's environment, through the local Ray cluster main_ppo starts. A Ray job's workers inherit each
+# node's raylet environment instead: they send straight to W&B, flushed after every step (recipes/tracing.py).
+RELAY_MODE=$TRACE_RELAY  # off | auto | offline, as this launch will run it (if the config traces)
+if [ "$SUBMIT" = ray ] || [ "${RECIPE_RESOLVED:-0}" = 1 ]; then RELAY_MODE=off; fi
+SPOOL_DIR=$OUTPUT_DIR/trace_spool
 TRACE_STATE=$(mktemp)  # the preflight writes whether the composed config traces: weave | off
 trap 'rm -f "$TRACE_STATE"' EXIT
-PREFLIGHT=("$PYTHON" "$REPO_ROOT/scripts/preflight.py" --trace-backend-to "$TRACE_STATE")
+# it also prints, once, where the traces can be opened (the workers print no link per call)
+PREFLIGHT=("$PYTHON" "$REPO_ROOT/scripts/preflight.py" --trace-backend-to "$TRACE_STATE"
+           --trace-route "$RELAY_MODE" --trace-spool "$SPOOL_DIR")
 # A Ray job reruns this script on the cluster: the knobs used below (not hydra settings) go with it as resolved here.
 JOB_KNOBS=(PROFILE TOOL_SET EXPERIMENT_NAME OUTPUT_DIR PUBLISH_EVALS MODEL_PATH)
 SUBMIT_CMD=("$PYTHON" -m recipes.launch.ray_job)
@@ -128,15 +136,10 @@ SUBMIT_CMD+=(-- "${OVERRIDES[@]}" "$@")
 WATCHER=("$PYTHON" "$REPO_ROOT/scripts/publish_evals.py" --validation_dir "$OUTPUT_DIR/validation"
          --experiment "$EXPERIMENT_NAME" --tool_set "$TOOL_SET" --watch --stop_when_pid_exits $$)
 [ -z "$MODEL_PATH" ] || WATCHER+=(--model_path "$MODEL_PATH")
-# The trace relay (recipes/trace_relay) listens on this node's loopback. The agent-loop workers get its URL from
-# this shell's environment, through the local Ray cluster main_ppo starts. A Ray job's workers inherit each
-# node's raylet environment instead: they send straight to W&B, flushed after every step (recipes/tracing.py).
 RELAY=()
-SPOOL_DIR=$OUTPUT_DIR/trace_spool
 plan_relay() {  # after the preflight, which said whether the composed config traces
   local traces; traces=$(cat "$TRACE_STATE"); rm -f "$TRACE_STATE"  # gone before any exec (no EXIT trap then)
-  if [ "$TRACE_RELAY" = off ] || [ "$SUBMIT" = ray ] || [ "${RECIPE_RESOLVED:-0}" = 1 ]; then return; fi
-  if [ "$traces" != weave ]; then return; fi
+  if [ "$RELAY_MODE" = off ] || [ "$traces" != weave ]; then return; fi
   RELAY=("$PYTHON" -m recipes.trace_relay serve --spool "$SPOOL_DIR" --url-file "$OUTPUT_DIR/trace_relay.url")
   if [ "$TRACE_RELAY" = offline ]; then RELAY+=(--offline --entity "$WANDB_ENTITY"); fi
 }

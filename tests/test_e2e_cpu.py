@@ -123,6 +123,7 @@ def smoke(tmp_path_factory, shared_gsm8k_dir_or_mini) -> Smoke:
     args = shlex.split(os.environ.get("CPU_SMOKE_OVERRIDES", ""))
     with loopback_wandb() as wandb:
         env.update(wandb.env)
+        env.pop("WEAVE_PRINT_CALL_LINK")  # unset, as in a user's shell: the workers must quiet weave themselves
         start = time.monotonic()
         proc = subprocess.Popen(["bash", str(REPO_ROOT / "scripts" / "smoke_cpu.sh"), *args], env=env, text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -270,3 +271,9 @@ def test_every_trajectory_of_the_tracing_worker_arrives_with_its_reward_and_the_
         assert len((smoke.output / "rollouts" / f"{step}.jsonl").read_text().splitlines()) == \
             PROMPTS_PER_STEP * ROLLOUT_N
 
+
+def test_the_console_says_once_where_the_traces_are_and_prints_no_link_per_call(smoke):
+    for launch in (smoke.train, smoke.resume):
+        links = [line for line in launch.log.splitlines() if "🍩" in line or "/r/call/" in line]
+        assert not links, f"{len(links)} per-call weave links, e.g. {links[0]}"
+        assert sum(line.startswith("[traces] Weave traces") for line in launch.log.splitlines()) == 1, launch.log

@@ -30,14 +30,15 @@ from testkit.weave_http_server import API_KEY, loopback_wandb
 pytestmark = pytest.mark.timeout(400)
 
 PROJECT = "trace-delivery"
-QUESTIONS = [  # (question, answer, assistant turns): calls per trajectory = root + 2 per turn + 1 per tool call
+QUESTIONS = [  # (question, answer, assistant turns): calls per trajectory = root + its chat view + 2 per turn
+    # + 1 per tool call
     ("Tom reads 12 pages a day for 6 days. How many pages?", "72",
      [tool_call(CALCULATOR, expression="12*6"), "#### 72"]),
     ("A rope of 7 m is cut in 2 equal pieces. How long is each?", "3.5", ["#### 3.5"]),
     ("Half of 48 muffins are sold. How many are left?", "24", [tool_call(CALCULATOR, expression="48/2"), "#### 24"]),
 ]
 ROLLOUT_N = 2
-CALLS_PER_STEP = ROLLOUT_N * sum(1 + 2 * len(turns) + sum("<tool_call>" in t for t in turns) for *_, turns in QUESTIONS)
+CALLS_PER_STEP = ROLLOUT_N * sum(2 + 2 * len(turns) + sum("<tool_call>" in t for t in turns) for *_, turns in QUESTIONS)
 
 
 class ScriptedServer:

@@ -79,6 +79,8 @@ def test_tracing_through_the_relay_while_wandb_is_down_at_init(repo_root, tmp_pa
         try:
             client = run_client(repo_root, relay.url, calls=40)
             assert client.returncode == 0, client.stderr
+            # weave.init's "View Weave data at <url>" would name the relay's port, gone after the run
+            assert "View Weave data" not in client.stdout + client.stderr, client.stderr
             assert relay.spool.pending_count > 0 and not wandb.storage.starts
             wandb.start()
             assert wait_until(lambda: relay.spool.pending_count == 0)
@@ -129,6 +131,7 @@ def test_a_worker_that_does_not_reach_the_relay_traces_straight_to_wandb(tmp_pat
     for name in ("WF_TRACE_SERVER_URL", "WANDB_API_KEY", "WEAVE_USE_SERVER_CACHE", "WANDB_ERROR_REPORTING"):
         monkeypatch.setenv(name, "unchanged")  # use_trace_relay sets these: restored after the test
     monkeypatch.setattr(init_message, "_print_version_check", init_message._print_version_check)
+    monkeypatch.setattr(init_message, "print_init_message", init_message.print_init_message)
     monkeypatch.setenv("WANDB_BASE_URL", "https://wandb.example")
     with loopback_wandb() as not_a_relay:
         for url in (f"http://127.0.0.1:{free_port}", not_a_relay.url):

@@ -11,7 +11,7 @@ from data_prep.gsm8k_rows import SourceRecord, build_row
 from recipes.constants import CALCULATOR, DATA_SOURCE
 from recipes.tool_sets import get_tool_set
 from recipes.traced_agent_loop import TracedToolAgentLoop
-from recipes.tracing import ROLLOUT_SUMMARY, TOKEN_FIELDS, TextOnlyTracer
+from recipes.tracing import CHAT_OP, ROLLOUT_SUMMARY, TOKEN_FIELDS, TextOnlyTracer
 from testkit import agent_loop_harness as harness
 from testkit.qwen_tokenizer import load_qwen25_tokenizer
 from testkit.scripted_llm import ScriptedLLM, tool_call
@@ -112,7 +112,8 @@ def test_children_are_the_turns_in_order_with_text_and_tool_io(traced_run):
     kinds = [c["op_name"].split("/op/")[-1].split(":")[0] for c in kids]
     generate, parse, execute = ("ScriptedLLM.generate", "HermesWithFeedbackToolParser.extract_tool_calls",
                                 "CalculatorTool.execute")
-    assert kinds == [generate, parse, execute, generate, parse, execute, generate, parse]
+    # the turns as they ran, then the whole conversation once more in the UI's chat shape (recipes/tracing.py)
+    assert kinds == [generate, parse, execute, generate, parse, execute, generate, parse, CHAT_OP]
     first_gen, first_tool, second_tool, last_gen = kids[0], kids[2], kids[5], kids[6]
     assert QUESTIONS[1][0] in first_gen["output"]["prompt_text"]  # token2text: decoded prompt and response
     assert first_gen["output"]["response_text"].startswith("<tool_call>")

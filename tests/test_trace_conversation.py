@@ -1,0 +1,116 @@
+"""One trajectory's trace root as W&B receives it: the real weave client over HTTP to the loopback W&B stand-in
+(testkit.weave_http_server), verl's tracing path, the recipe's agent loop with the calculator tool. The root
+must read as a conversation: reward and correctness first, then the turns as chat messages in the OpenAI
+shape the Weave UI shows as a chat (weave-js ChatView: isTraceCallChatFormatOpenAI, isMessage, isToolCall)."""
+
+import asyncio
+import json
+
+import numpy as np
+import pytest
+
+from data_prep.gsm8k_rows import SourceRecord, build_row
+from recipes.constants import CALCULATOR
+from recipes.tool_sets import get_tool_set
+from recipes.traced_agent_loop import TracedToolAgentLoop
+from recipes.tracing import CHAT_OP
+from testkit import agent_loop_harness as harness
+from testkit.qwen_tokenizer import load_qwen25_tokenizer
+from testkit.scripted_llm import ScriptedLLM, tool_call
+from testkit.weave_http_server import loopback_wandb
+
+QUESTION = "Natalia sold 48 clips in April and half as many in May. How many in total?"
+TURNS = [tool_call(CALCULATOR, expression="48/2"), "48 + 24 = 72 clips.\n#### 72"]
+
+
+@pytest.fixture(scope="module")
+def received(repo_root):
+    """Every call W&B received for one traced trajectory, and the row it ran."""
+    from verl.utils.rollout_trace import RolloutTraceConfig, rollout_trace_attr
+    from weave.trace.context import weave_client_context
+
+    tok = load_qwen25_tokenizer()
+    config = harness.compose_trainer_config("calculator", (
+        f"reward.custom_reward_function.path={repo_root}/recipes/reward.py",))
+    tools = harness.load_tools(config)
+    row = build_row(SourceRecord(QUESTION, "#### 72", "t", 0), "train", get_tool_set("calculator"))
+    row["prompt"] = np.array(row["prompt"], dtype=object)  # as verl's batch hands raw_prompt to the loop
+    llm = ScriptedLLM(tok, lambda prompt: TURNS)
+
+    async def rollout():
+        with rollout_trace_attr(step=3, sample_index=0, rollout_n=0, validate=False):
+            return await harness.run_rollout(config, tok, llm, tools, row, TracedToolAgentLoop)
+
+    with pytest.MonkeyPatch.context() as env, loopback_wandb() as wandb:
+        for name, value in wandb.env.items():
+            env.setenv(name, value)
+        RolloutTraceConfig.reset()
+        weave_client_context.set_weave_client_global(None)  # weave.init reuses a global client left by another test
+        try:
+            RolloutTraceConfig.init("gsm8k-conversation-test", "exp", "weave", token2text=True)
+            asyncio.run(rollout())
+            RolloutTraceConfig.get_client().flush()
+            calls = wandb.storage.recorded_calls()
+        finally:
+            RolloutTraceConfig.reset()
+            weave_client_context.set_weave_client_global(None)
+    return {"calls": calls, "row": row}
+
+
+def test_root_output_starts_with_the_reward_and_reads_as_a_conversation(received):
+    [root] = [c for c in received["calls"] if c["parent_id"] is None]
+    out = root["output"]
+    assert list(out)[:2] == ["reward", "correct"] and (out["reward"], out["correct"]) == (1.0, True)
+    assert out["final_answer"] == TURNS[-1]  # the model's last text, no role word before it
+    messages = out["messages"]
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "tool", "assistant"]
+    system, user = received["row"]["prompt"]
+    assert messages[0]["content"] == system["content"] and messages[1]["content"] == user["content"]
+    call_turn, tool_turn, answer_turn = messages[2:]
+    [call] = call_turn["tool_calls"]
+    assert call["type"] == "function" and call["function"]["name"] == CALCULATOR
+    assert json.loads(call["function"]["arguments"]) == {"expression": "48/2"}
+    assert call_turn["content"] == ""  # the call is structured, not left as <tool_call> text
+    assert tool_turn["tool_call_id"] == call["id"] and tool_turn["content"] == "24"
+    assert answer_turn == {"role": "assistant", "content": TURNS[-1]}
+    for message in messages[2:]:  # no chat-template residue: role words, tags
+        text = message["content"] or ""
+        assert not text.startswith(("assistant", "user")) and "<tool_response>" not in text, message
+    assert out["num_tool_calls"] == 1 and out["num_tool_results"] == 1 and out["num_tool_errors"] == 0
+
+
+def test_the_conversation_is_a_chat_call_the_weave_ui_shows_as_a_chat(received):
+    [root] = [c for c in received["calls"] if c["parent_id"] is None]
+    [chat] = [c for c in received["calls"] if c["parent_id"] == root["id"] and CHAT_OP in c["op_name"]]
+    # OpenAI chat completion: the request's messages, the model's last turn as choices[0].message
+    assert chat["inputs"]["messages"] == root["output"]["messages"][:-1]
+    assert chat["output"]["choices"] == [{"index": 0, "message": root["output"]["messages"][-1],
+                                          "finish_reason": "stop"}]
+    for message in chat["inputs"]["messages"]:  # what weave-js isMessage / isToolCall accept
+        assert isinstance(message["role"], str) and ("content" in message or "tool_calls" in message)
+        for call in message.get("tool_calls", []):
+            assert all(isinstance(v, str) for v in (call["id"], call["type"], call["function"]["name"],
+                                                    call["function"]["arguments"]))
+
+
+def test_every_tool_call_is_answered_in_the_order_written_malformed_ones_included():
+    """verl answers a turn's <tool_call>s in order (up to max_parallel_calls), malformed ones too (recipes/
+    tool_parser.py), so results pair with calls by position. Decoded turns as the response mask splits them."""
+    from recipes.trajectory import chat_messages
+
+    turns = [(True, 'Let me compute.<tool_call>\n{"name": "calculator", "arguments": {"expression": "7/"}\n'
+                    '</tool_call>\n<tool_call>\n{"name": "calculator", "arguments": {"expression": "7/2"}}\n'
+                    '</tool_call>'),
+             (False, "\nuser\n<tool_response>\nInvalid JSON in arguments for 'calculator'\n</tool_response>\n"
+                     "<tool_response>\n3.5\n</tool_response>\nassistant\n"),
+             (True, "#### 3.5")]
+    messages = chat_messages([{"role": "user", "content": "7/2?"}], turns)
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool", "tool", "assistant"]
+    bad, good = messages[1]["tool_calls"]
+    assert messages[1]["content"] == "Let me compute."
+    assert bad["function"] == {"name": "calculator", "arguments": '{"name": "calculator", "arguments": '
+                                                                  '{"expression": "7/"}'}  # as written
+    assert json.loads(good["function"]["arguments"]) == {"expression": "7/2"}
+    assert (messages[2]["tool_call_id"], messages[3]["tool_call_id"]) == (bad["id"], good["id"])
+    assert messages[2]["content"].startswith("Invalid JSON") and messages[3]["content"] == "3.5"
+    assert messages[4] == {"role": "assistant", "content": "#### 3.5"}
