@@ -46,6 +46,7 @@ OUTPUT_DIR=$(PRINT_OUTPUT_DIR=1 bash "$REPO_ROOT/scripts/run_gsm8k_grpo.sh")
 EVAL_OVERRIDES+=(
   "trainer.val_only=True"
   "trainer.val_before_train=True"
+  "actor_rollout_ref.actor.use_kl_loss=False"  # nothing is trained: no reference model to build and hold
   "actor_rollout_ref.rollout.val_kwargs.n=$VAL_N"
   "actor_rollout_ref.rollout.val_kwargs.temperature=$VAL_TEMPERATURE"
 )

@@ -33,6 +33,7 @@ def test_eval_dry_run_composes_and_validates(mini_gsm8k_dir, tmp_path, tool_set)
     assert "[preflight] ok" in proc.stderr
     command = shlex.split([line for line in proc.stdout.splitlines() if "verl.trainer.main_ppo" in line][-1])
     for override in ("trainer.val_only=True", "trainer.val_before_train=True",
+                     "actor_rollout_ref.actor.use_kl_loss=False",  # no reference model: nothing is trained
                      "actor_rollout_ref.rollout.val_kwargs.n=4",
                      "actor_rollout_ref.rollout.val_kwargs.temperature=1.0",
                      "actor_rollout_ref.rollout.trace.backend=null", "trainer.logger=[console]"):
