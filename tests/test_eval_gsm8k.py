@@ -100,3 +100,22 @@ def test_summary_of_a_handmade_dump(tmp_path):
     assert summary["pass@1_strict"] == 0.25 and summary["pass@2_strict"] == 0.5 and summary["pass@2_flexible"] == 1.0
     assert proc.stdout.strip().splitlines()[-1] == (
         "RESULT strict_acc=0.2500 flexible_acc=0.5000 tool_calls_per_answer=0.5000")
+
+
+def test_an_earlier_steps_summary_never_replaces_the_latest(tmp_path):
+    """summary.json is the latest step's; --step N of an earlier step writes summary_step<N>.json and says so."""
+    for step, output in ((0, "#### 41"), (2, "#### 42")):
+        (tmp_path / f"{step}.jsonl").write_text(json.dumps({"input": "Q", "output": output, "gts": "42", "score": 0,
+                                                            "step": step}) + "\n")
+
+    def summary(*args):
+        proc = subprocess.run([sys.executable, "scripts/eval_summary.py", "--validation_dir", str(tmp_path), *args],
+                              cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
+    summary()
+    out = summary("--step", "0")
+    assert f"step 0 is not the latest (2): written to {tmp_path}/summary_step0.json" in out
+    latest, step0 = (json.loads((tmp_path / name).read_text()) for name in ("summary.json", "summary_step0.json"))
+    assert (latest["step"], latest["strict_acc"]) == (2, 1.0) and (step0["step"], step0["strict_acc"]) == (0, 0.0)
