@@ -29,6 +29,15 @@ def test_yaml_loads_through_verl_and_matches_the_tool_set(name):
     assert set(tool_set.tools_kwargs("1", 0)) == {t.name for t in tools}
 
 
+def test_loading_the_tools_prints_nothing(capfd):
+    """verl's BaseTool prints each schema as JSON when built, in every process that loads tools; ours do not."""
+    from verl.tools.tool_registry import initialize_tools_from_config
+
+    capfd.readouterr()
+    assert len(initialize_tools_from_config(str(get_tool_set("both").config_path))) == 2
+    assert capfd.readouterr() == ("", "")
+
+
 def test_each_schema_has_one_home_the_tool_class():
     """No tool set YAML repeats a schema (both.yaml used to copy the two others): verl's loader takes each tool's
     schema from its class when the YAML entry has none."""

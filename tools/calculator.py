@@ -6,12 +6,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from verl.tools.base_tool import BaseTool
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 from verl.utils.rollout_trace import rollout_trace_op
 
 from recipes.constants import CALCULATOR
 from tools.arithmetic import CalcError, calculate
+from tools.quiet_tool import QuietTool
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ SCHEMA = OpenAIFunctionToolSchema.model_validate({
 })
 
 
-class CalculatorTool(BaseTool):
+class CalculatorTool(QuietTool):
     """Stateless: verl creates, executes and releases an instance per call; nothing to keep between them."""
 
     def get_openai_tool_schema(self) -> OpenAIFunctionToolSchema:

@@ -16,12 +16,12 @@ import logging
 from typing import Any
 from uuid import uuid4
 
-from verl.tools.base_tool import BaseTool
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 from verl.utils.rollout_trace import rollout_trace_op
 
 from recipes.answers import answers_match, extract_answer
 from recipes.constants import CALC_GSM8K_REWARD
+from tools.quiet_tool import QuietTool
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ SCHEMA = OpenAIFunctionToolSchema.model_validate({
 })
 
 
-class Gsm8kRewardTool(BaseTool):
+class Gsm8kRewardTool(QuietTool):
     def __init__(self, config: dict, tool_schema):
         super().__init__(config, tool_schema)
         self._ground_truths: dict[str, str | None] = {}
