@@ -31,7 +31,8 @@ def log(msg: str) -> None:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--local_save_dir", default=DEFAULT_SAVE_DIR, help="where train/test.parquet are written")
+    p.add_argument("--local_save_dir", default=DEFAULT_SAVE_DIR,
+                   help="where train/test.parquet are written (default: %(default)s)")
     p.add_argument("--local_dir", default=None, help="deprecated alias of --local_save_dir (verl's older name)")
     p.add_argument("--hdfs_dir", default=None, help="also copy the output folder to this HDFS path")
     p.add_argument("--local_dataset_path", default=None, help="a local copy of the openai/gsm8k hub dataset")

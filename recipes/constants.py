@@ -16,6 +16,9 @@ PROFILE_DIR = CONFIG_DIR / "profile"
 TOOL_CONFIG_DIR = CONFIG_DIR / "tool_config"
 AGENT_LOOP_CONFIG = CONFIG_DIR / "agent_loop.yaml"
 
+# The environment variable through which the launcher tells every worker its node's trace relay (the relay's URL).
+TRACE_RELAY_ENV = "GSM8K_RECIPE_TRACE_RELAY"
+
 # verl routes rows with this data_source to its GSM8K scorer; our reward function keys on it too.
 DATA_SOURCE = "openai/gsm8k"
 HUB_DATASET = "openai/gsm8k"

@@ -27,6 +27,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from recipes.constants import TRACE_RELAY_ENV  # set by the launcher to the relay's URL
 from recipes.credentials import has_wandb_credentials
 
 logger = logging.getLogger(__name__)
@@ -162,7 +163,6 @@ def tracing_this_call() -> bool:
 
 # ---- the node's trace relay --------------------------------------------------------------------------
 
-TRACE_RELAY_ENV = "GSM8K_RECIPE_TRACE_RELAY"  # set by the launcher to the relay's URL
 # weave needs some key to start; the relay authenticates to W&B with its own, so this one never leaves the node
 RELAY_CLIENT_KEY = "trace-relay-" + "0" * 28
 

@@ -15,7 +15,8 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from recipes.constants import REPO_ROOT
+
 TARGET_SECONDS = 15.0
 
 

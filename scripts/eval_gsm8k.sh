@@ -52,7 +52,7 @@ EVAL_OVERRIDES+=(
 )
 SUMMARY=("$PYTHON" "$REPO_ROOT/scripts/eval_summary.py" --validation_dir "$OUTPUT_DIR/validation" --k 1)
 PUBLISH_CMD=("$PYTHON" "$REPO_ROOT/scripts/publish_evals.py" --validation_dir "$OUTPUT_DIR/validation"
-             --experiment "$EXPERIMENT_NAME" --k 1)
+             --experiment "$EXPERIMENT_NAME" --model_name "$EXPERIMENT_NAME" --k 1)  # its step 0 is no training step
 if [ "$PASS_K" -gt 1 ]; then SUMMARY+=(--k "$PASS_K"); PUBLISH_CMD+=(--k "$PASS_K"); fi
 if [ -n "${MODEL_PATH:-}" ]; then PUBLISH_CMD+=(--model_path "$MODEL_PATH"); fi
 if [ -n "${TOOL_SET:-}" ]; then PUBLISH_CMD+=(--tool_set "$TOOL_SET"); fi

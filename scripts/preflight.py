@@ -1,6 +1,6 @@
 """Preflight for scripts/run_gsm8k_grpo.sh: everything that can be checked before a GPU is used.
 
-    python scripts/preflight.py [--launch | --submit] [--print-config] -- <the hydra overrides the launch will use>
+    python scripts/preflight.py [--launch | --submit] [--print-plan] [--write-config FILE] -- <hydra overrides>
 
 Composes the recipe config exactly as the launch will, runs verl's validate_config and builds the rollout and
 actor config dataclasses, then checks data, tools, reward, agent loops, tracing, LoRA, rollout concurrency and
@@ -17,6 +17,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from recipes.launch.plan import LEGACY_TRAINER_NOTE, plan_lines, write_config
 from recipes.preflight.checks import run_all
 from recipes.preflight.compose import compose_config, validate_like_verl
 from recipes.preflight.stale_keys import stale_warnings
@@ -28,7 +29,9 @@ def main(argv: list[str] | None = None) -> int:
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--launch", action="store_true", help="about to train on this node: also GPUs, credentials, disk")
     mode.add_argument("--submit", action="store_true", help="about to submit a Ray job: also credentials, disk")
-    p.add_argument("--print-config", action="store_true", help="print the composed config (YAML)")
+    p.add_argument("--print-plan", action="store_true",
+                   help="print what the launch would do (model, data, tools, GPUs, batch, tracing, outputs)")
+    p.add_argument("--write-config", metavar="FILE", help="write the composed config (YAML) to FILE")
     p.add_argument("--trace-backend-to", metavar="FILE",
                    help="write 'weave' or 'off' to FILE: whether the run traces (the launcher starts a relay then)")
     p.add_argument("--trace-route", choices=("off", "auto", "offline"),
@@ -37,13 +40,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--trace-spool", metavar="DIR", help="the trace relay's spool directory")
     p.add_argument("overrides", nargs="*")
     args = p.parse_args(argv)
-    # verl prints as it validates and loads tools; keep stdout for the config and the command alone
+    # verl prints as it validates and loads tools; keep stdout for the plan and the command alone
     with contextlib.redirect_stdout(sys.stderr):
         config, report = _check(args)
     if config is None:
         return 1
-    if args.print_config:
-        print(OmegaConf.to_yaml(config))
+    if args.write_config:
+        write_config(config, args.write_config)
     if args.trace_backend_to:
         Path(args.trace_backend_to).write_text("weave" if _traces(config) else "off")
     if report.errors:
@@ -55,6 +58,10 @@ def main(argv: list[str] | None = None) -> int:
         url = weave_project_url(config.trainer.project_name)
         print(f"[traces] {where_traces_go(url, config.trainer.experiment_name, args.trace_route, args.trace_spool)}",
               file=sys.stderr)
+    if args.print_plan:
+        print("\n".join(plan_lines(config, args.write_config)))
+    elif not OmegaConf.select(config, "trainer.use_v1"):
+        print(f"[launch] trainer: {LEGACY_TRAINER_NOTE}", file=sys.stderr)
     return 0
 
 

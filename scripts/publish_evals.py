@@ -1,11 +1,13 @@
 """Publish each validation dump of a run to Weave as an Evaluation (once; re-running sends nothing new).
 
-    python scripts/publish_evals.py --validation_dir outputs/<exp>/validation [--project P] [--experiment E]
-        [--model_path M] [--tool_set T] [--step N ...] [--k 1 --k 8]
+    python scripts/publish_evals.py --validation_dir outputs/<exp>/validation --experiment <exp> [--project P]
+        [--model_path M] [--tool_set T] [--step N ...] [--k 1 --k 8] [--model_name NAME]
     # beside training: publish each validation as it lands, stop after the trainer exits
     python scripts/publish_evals.py --validation_dir outputs/<exp>/validation --watch --stop_when_pid_exits PID
 
-The model of step N is `<experiment>-stepN` (step 0: the weights before any update). Needs W&B credentials
+The model of step N is `<experiment>-stepN` (step 0: the weights before any update); an evaluation-only run
+(scripts/eval_gsm8k.sh, whose one dump is step 0 whatever the weights) names its model with --model_name. Needs
+W&B credentials
 (WANDB_API_KEY or `wandb login`); --skip_without_credentials turns their absence into a note and exit 0.
 One-shot mode prints a line per step and `RESULT published=<n> skipped=<n>`.
 """
@@ -15,7 +17,6 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from pathlib import Path
 
 from recipes.constants import PROJECT_NAME
 from recipes.credentials import wandb_api_key
@@ -38,10 +39,13 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--validation_dir", required=True, help="trainer.validation_data_dir of the run")
     p.add_argument("--project", default=PROJECT_NAME, help="W&B project, or entity/project (default: %(default)s)")
-    p.add_argument("--experiment", help="names the models (default: the folder above --validation_dir)")
+    p.add_argument("--experiment", required=True,
+                   help="the run's trainer.experiment_name (the launcher's EXPERIMENT_NAME): names the models")
     p.add_argument("--model_path", help="the run's actor_rollout_ref.model.path, shown on each model")
     p.add_argument("--tool_set", help="the run's TOOL_SET, shown on each model")
     p.add_argument("--step", type=int, action="append", help="publish only this step (repeatable)")
+    p.add_argument("--model_name", help="an evaluation-only run: the model's name (its dump's step is no training "
+                   "step, so no -step<N>)")
     p.add_argument("--k", type=int, action="append", help="pass@k in the summary (default: 1 and samples per prompt)")
     p.add_argument("--watch", action="store_true", help="keep publishing new dumps; never fails the run it watches")
     p.add_argument("--stop_when_pid_exits", type=int, help="with --watch: last pass and exit once this process is gone")
@@ -70,8 +74,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {NO_CREDENTIALS}; nothing was published", file=sys.stderr)
         return 1
 
-    run = RunInfo(experiment=args.experiment or Path(args.validation_dir).resolve().parent.name,
-                  model_path=args.model_path, tool_set=args.tool_set)
+    run = RunInfo(experiment=args.experiment, model_path=args.model_path, tool_set=args.tool_set,
+                  model_name=args.model_name)
     ks = tuple(args.k) if args.k else None
     if args.watch:
         # our logger only: weave logs through its own handler, a root handler would print its lines twice
@@ -79,8 +83,8 @@ def main(argv: list[str] | None = None) -> int:
         handler.setFormatter(logging.Formatter("[publish_evals %(asctime)s] %(message)s"))
         watch_logger.addHandler(handler)
         watch_logger.setLevel(logging.INFO)
-        watch_logger.info("watching %s: each validation dump goes to Weave project %s as %s-step<N>%s",
-                          args.validation_dir, args.project, run.experiment,
+        watch_logger.info("watching %s: each validation dump goes to Weave project %s as %s%s",
+                          args.validation_dir, args.project, run.model_name or f"{run.experiment}-step<N>",
                           f"; stopping once pid {args.stop_when_pid_exits} exits" if args.stop_when_pid_exits else "")
         try:
             with stop_on_signals() as stop:

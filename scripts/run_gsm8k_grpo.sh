@@ -3,7 +3,7 @@
 #
 #   python data_prep/gsm8k.py && bash scripts/run_gsm8k_grpo.sh           # 8xH100, the recipe's defaults
 #   PROFILE=4gpu bash scripts/run_gsm8k_grpo.sh                           # config/profile/*.yaml
-#   DRY_RUN=1 bash scripts/run_gsm8k_grpo.sh                              # preflight + print, start nothing
+#   DRY_RUN=1 bash scripts/run_gsm8k_grpo.sh                              # preflight + the plan, start nothing
 #   bash scripts/run_gsm8k_grpo.sh trainer.total_epochs=1                 # hydra overrides go last and win
 #
 # The knobs below are what differs per machine or run; every other setting lives once, in
@@ -30,7 +30,8 @@ TRACE_RELAY=${TRACE_RELAY:-auto}                 # auto: traces go through a rel
                                                  # until W&B has them; offline: air-gapped, keep them for
                                                  # scripts/upload_traces.py; off: workers send straight to W&B
 PYTHON=${PYTHON:-python3}
-DRY_RUN=${DRY_RUN:-0}
+DRY_RUN=${DRY_RUN:-0}                            # 1: preflight, print the plan, write the composed config; start nothing
+DRY_RUN_CONFIG=${DRY_RUN_CONFIG:-}               # where DRY_RUN writes the config; empty: a new file in $TMPDIR
 SUBMIT=${SUBMIT:-}                               # ray: submit as a Ray job to RAY_ADDRESS (submit_multinode.sh)
 # -----------------------------------------------------------------------------------------------------
 
@@ -71,39 +72,6 @@ case "$TRACE" in
   off) OVERRIDES+=("actor_rollout_ref.rollout.trace.backend=null") ;;
   *) echo "error: TRACE must be on or off, not '$TRACE'" >&2; exit 1 ;;
 esac
-
-# Knobs of earlier versions still work: each becomes the hydra override that replaced it, said in one line.
-LEGACY_KNOBS=(
-  "TP actor_rollout_ref.rollout.tensor_model_parallel_size"
-  "GPU_MEM_UTIL actor_rollout_ref.rollout.gpu_memory_utilization"
-  "ROLLOUT_N actor_rollout_ref.rollout.n"
-  "TRAIN_BATCH_SIZE data.train_batch_size"
-  "PPO_MINI_BATCH_SIZE actor_rollout_ref.actor.ppo_mini_batch_size"
-  "MICRO_BATCH_PER_GPU actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu"
-  "MAX_PROMPT_LENGTH data.max_prompt_length"
-  "MAX_RESPONSE_LENGTH data.max_response_length"
-  "MAX_TURNS actor_rollout_ref.rollout.multi_turn.max_assistant_turns"
-  "LR actor_rollout_ref.actor.optim.lr"
-  "LORA_RANK actor_rollout_ref.model.lora_rank"
-  "LORA_ALPHA actor_rollout_ref.model.lora_alpha"
-  "REWARD_METHOD reward.custom_reward_function.reward_kwargs.method"
-  "TOOL_CALL_BONUS reward.custom_reward_function.reward_kwargs.tool_call_bonus"
-  "TOTAL_EPOCHS trainer.total_epochs"
-  "TOTAL_TRAINING_STEPS trainer.total_training_steps"
-  "TEST_FREQ trainer.test_freq"
-  "SAVE_FREQ trainer.save_freq"
-  "VAL_MAX_SAMPLES data.val_max_samples"
-  "TRACE_SAMPLES actor_rollout_ref.rollout.trace.max_samples_per_step_per_worker"
-  "PROJECT_NAME trainer.project_name"
-)
-for entry in "${LEGACY_KNOBS[@]}"; do
-  read -r var keys <<<"$entry"
-  [ -n "${!var:-}" ] || continue
-  replaced=()
-  for key in $keys; do replaced+=("$key=${!var}"); done
-  OVERRIDES+=("${replaced[@]}")
-  echo "[launch] $var=${!var} is now the hydra override ${replaced[*]} (applied; pass it as an argument instead)" >&2
-done
 
 # A Ray job's entrypoint (recipes/launch/ray_job.py) is this script again, with every knob already resolved
 # into the arguments by the submitting launcher: nothing is looked up twice.
@@ -147,9 +115,12 @@ if [ "$TRACE_RELAY" = offline ] && { [ "$SUBMIT" = ray ] || [ "${RECIPE_RESOLVED
   echo "error: TRACE_RELAY=offline runs on one node only: workers on other nodes cannot reach its relay" >&2; exit 1
 fi
 if [ "$DRY_RUN" = 1 ]; then
-  "${PREFLIGHT[@]}" --print-config -- "${OVERRIDES[@]}" "$@"
+  CONFIG_FILE=${DRY_RUN_CONFIG:-$(mktemp --suffix=.yaml "${TMPDIR:-/tmp}/${EXPERIMENT_NAME}_config.XXXXXX")}
+  PLAN=$("${PREFLIGHT[@]}" --print-plan --write-config "$CONFIG_FILE" -- "${OVERRIDES[@]}" "$@") ||
+    { [ -n "$DRY_RUN_CONFIG" ] || rm -f "$CONFIG_FILE"; exit 1; }
   plan_relay
-  echo "# DRY_RUN=1: preflight passed; the launch would run (profile $PROFILE${SUBMIT:+, submitted as a Ray job}):"
+  echo "# DRY_RUN=1: preflight passed, nothing started; the launch would run (profile $PROFILE${SUBMIT:+, submitted as a Ray job}):"
+  echo "$PLAN"
   if [ "$SUBMIT" = ray ]; then printf '%q ' "${SUBMIT_CMD[@]}"; echo; echo "# which runs on the cluster:"; fi
   if [ "$PUBLISH_EVALS" = 1 ]; then echo "# and beside it: $(printf '%q ' "${WATCHER[@]}")"; fi
   if [ ${#RELAY[@]} -gt 0 ]; then echo "# traces through the relay: $(printf '%q ' "${RELAY[@]}")"; fi

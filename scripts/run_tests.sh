@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One command on a fresh CPU machine: build the pinned test environment (.venv) and run the whole suite.
+# One command on a fresh CPU machine: build the pinned test environment (.venv, scripts/setup_cpu_env.sh) and run
+# the whole suite.
 #   bash scripts/run_tests.sh            # extra arguments go to pytest, e.g. -k data_prep
 #   PYTEST_WORKERS=0 bash scripts/run_tests.sh -s tests/test_x.py   # one process (-s output, pdb)
 set -euo pipefail
@@ -11,19 +12,7 @@ PYTHON=${PYTHON:-python3}
 # the suite waits on subprocesses, loopback servers and Ray, so 2 workers fill 2 cores (3 oversubscribe them).
 PYTEST_WORKERS=${PYTEST_WORKERS:-2}
 
-if ! "$PYTHON" -c 'import sys; sys.exit(not (3, 10) <= sys.version_info[:2] <= (3, 12))'; then
-  echo "error: verl 0.9.1 needs Python 3.10-3.12; $("$PYTHON" --version 2>&1) found (set PYTHON=python3.11)" >&2
-  exit 1
-fi
-if [ ! -x "$VENV/bin/python" ]; then
-  echo "[run_tests] creating $VENV"
-  "$PYTHON" -m venv "$VENV"
-fi
-echo "[run_tests] installing requirements/test.txt (about 3 minutes the first time, seconds after)"
-"$VENV/bin/python" -m pip install -q --upgrade pip
-"$VENV/bin/python" -m pip install -q -r "$REPO_ROOT/requirements/test.txt"
-# the recipe's packages (recipes, tools, data_prep, testkit), editable: scripts import them from anywhere
-"$VENV/bin/python" -m pip install -q --no-deps -e "$REPO_ROOT"
+VENV=$VENV PYTHON=$PYTHON bash "$REPO_ROOT/scripts/setup_cpu_env.sh"  # the install steps live there only
 
 cd "$REPO_ROOT"
 export WANDB_ERROR_REPORTING=false WANDB_MODE=offline HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1

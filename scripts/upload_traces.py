@@ -18,4 +18,5 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from recipes.trace_relay.__main__ import main  # noqa: E402
 
 if __name__ == "__main__":
-    sys.exit(main(["upload", *sys.argv[1:]]))
+    sys.exit(main(["upload", *sys.argv[1:]], upload_help={"prog": "python scripts/upload_traces.py",
+                                                          "description": __doc__}))

@@ -1,7 +1,8 @@
 """Run scripts/run_gsm8k_grpo.sh (and its wrappers) as users do, in a subprocess, and read what it printed.
 
-No stand-in: the real launcher and preflight. A DRY_RUN prints the composed config (YAML) and, last, the
-main_ppo command; a launch-mode call in tests must always fail its preflight so that nothing starts."""
+No stand-in: the real launcher and preflight. A DRY_RUN prints the plan (ending with the file it wrote the
+composed config to) and, last, the main_ppo command; a launch-mode call in tests must always fail its preflight
+so that nothing starts."""
 
 from __future__ import annotations
 
@@ -10,15 +11,16 @@ import os
 import shlex
 import subprocess
 import sys
+from pathlib import Path
 from types import ModuleType
 
 from recipes.constants import REPO_ROOT
 
 SCRIPTS = REPO_ROOT / "scripts"
 # what a user's shell might carry that would change what the launcher does
-_CLEARED = ("WANDB_API_KEY", "PREFLIGHT_", "PROFILE", "TP", "RAY_ADDRESS", "SUBMIT", "RECIPE_RESOLVED",
+_CLEARED = ("WANDB_API_KEY", "PREFLIGHT_", "PROFILE", "RAY_ADDRESS", "SUBMIT", "RECIPE_RESOLVED",
             "OUTPUT_DIR", "EXPERIMENT_NAME", "MODEL_PATH", "TRACE", "LOGGER", "TOOL_SET", "N_GPUS_PER_NODE",
-            "NNODES", "PUBLISH_EVALS", "TRACE_RELAY")
+            "NNODES", "PUBLISH_EVALS", "TRACE_RELAY", "DRY_RUN_CONFIG")
 
 
 def run_script(script: str, data_dir, *args, timeout: int = 180, **env) -> subprocess.CompletedProcess:
@@ -52,3 +54,13 @@ def printed_overrides(stdout: str) -> list[str]:
 
 def override_dict(overrides: list[str]) -> dict[str, str]:
     return dict(o.lstrip("+").split("=", 1) for o in overrides)
+
+
+def plan_line(stdout: str, key: str) -> str:
+    """The value of one row of a DRY_RUN's plan ("#   <key>  <value>")."""
+    return next(line.split(None, 2)[2] for line in stdout.splitlines() if line.split(None, 2)[:2] == ["#", key])
+
+
+def written_config(stdout: str) -> str:
+    """The composed config (YAML) a DRY_RUN wrote to the file its plan names."""
+    return Path(plan_line(stdout, "config").split(" (")[0]).read_text()

@@ -222,3 +222,9 @@ def test_conflicting_sources_are_refused(mini_gsm8k_dir, tmp_path):
         run_prep("--input_dir", mini_gsm8k_dir, "--local_dataset_path", tmp_path)
     with pytest.raises(SystemExit):
         run_prep("--input_dir", mini_gsm8k_dir, "--train_size", "0")
+
+
+def test_help_shows_where_the_parquet_goes(capsys):
+    with pytest.raises(SystemExit):
+        gsm8k.parse_args(["--help"])
+    assert "(default: ~/data/gsm8k)" in " ".join(capsys.readouterr().out.split())

@@ -128,3 +128,22 @@ def test_cpu_eval_launch_passes_the_gpu_checks(prepared_data_dir):
 def test_unknown_device_is_refused(prepared_data_dir):
     proc = eval_dry_run(prepared_data_dir, DEVICE="tpu")
     assert proc.returncode == 1 and "DEVICE must be gpu or cpu, not 'tpu'" in proc.stderr
+
+
+def test_an_earlier_steps_summary_never_replaces_the_latest(tmp_path):
+    """summary.json is the latest step's; --step N of an earlier step writes summary_step<N>.json and says so."""
+    for step, output in ((0, "#### 41"), (2, "#### 42")):
+        (tmp_path / f"{step}.jsonl").write_text(json.dumps({"input": "Q", "output": output, "gts": "42", "score": 0,
+                                                            "step": step}) + "\n")
+
+    def summary(*args):
+        proc = subprocess.run([sys.executable, "scripts/eval_summary.py", "--validation_dir", str(tmp_path), *args],
+                              cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
+    summary()
+    out = summary("--step", "0")
+    assert f"step 0 is not the latest (2): written to {tmp_path}/summary_step0.json" in out
+    latest, step0 = (json.loads((tmp_path / name).read_text()) for name in ("summary.json", "summary_step0.json"))
+    assert (latest["step"], latest["strict_acc"]) == (2, 1.0) and (step0["step"], step0["strict_acc"]) == (0, 0.0)

@@ -98,7 +98,7 @@ def use_memory_client(client):
 def published(validation_dir):
     """Both steps published once by the script's main(), in this process, onto one in-memory server."""
     server, client = install_memory_weave_client(PROJECT)
-    rc, out = run_main(["--validation_dir", str(validation_dir), "--project", PROJECT,
+    rc, out = run_main(["--validation_dir", str(validation_dir), "--project", PROJECT, "--experiment", EXPERIMENT,
                         "--model_path", "Qwen/Qwen2.5-3B",
                         "--tool_set", "calculator"])
     yield server, client, rc, out
@@ -159,6 +159,41 @@ def test_each_validation_step_is_one_evaluation(published, validation_dir):
             EXPERIMENT, step, "Qwen/Qwen2.5-3B", "calculator")
         assert len([c for c in children[call["id"]] if "/op/Evaluation.predict_and_score:" in c["op_name"]]) == len(
             dump_records(validation_dir, step))
+
+
+def test_models_are_named_after_the_experiment_never_a_folder(validation_dir, tmp_path):
+    """No --experiment: refused, not guessed from the folder above the dumps (a CPU smoke's is 'outputs')."""
+    smoke = tmp_path / "outputs" / "validation"
+    shutil.copytree(validation_dir, smoke)
+    server, client = install_memory_weave_client(PROJECT)
+    try:
+        with pytest.raises(SystemExit) as refused:
+            run_main(["--validation_dir", str(smoke), "--project", PROJECT])
+    finally:
+        client.flush()
+        use_memory_client(None)
+    assert refused.value.code == 2 and not server.recorded_calls()
+
+
+def test_an_evaluation_only_run_is_no_training_step(validation_dir, tmp_path):
+    """scripts/eval_gsm8k.sh evaluates an exported checkpoint in a validation-only run: verl dumps it as step 0,
+    which here is no training step. The model is named as the eval names it, without -step0."""
+    only = tmp_path / "validation"
+    only.mkdir()
+    shutil.copy(validation_dir / "0.jsonl", only / "0.jsonl")
+    server, client = install_memory_weave_client(PROJECT)
+    try:
+        rc, out = run_main(["--validation_dir", str(only), "--project", PROJECT, "--experiment", "eval_hf_calculator",
+                            "--model_name", "eval_hf_calculator", "--model_path", "outputs/qwen-tools/hf"])
+        client.flush()
+    finally:
+        use_memory_client(None)
+    assert rc == 0, out
+    (call,) = evaluations(server)[0].values()
+    assert call["display_name"] == "eval_hf_calculator"
+    assert "/object/eval_hf_calculator:" in call["inputs"]["model"]
+    model = server.objects[call["inputs"]["model"].rsplit(":", 1)[1]]
+    assert (model["step"], model["model_path"]) == (None, "outputs/qwen-tools/hf")
 
 
 def test_predictions_are_the_dump_lines_scored_by_the_recipe(published, validation_dir):
@@ -240,7 +275,7 @@ def test_publishing_again_sends_nothing(published, validation_dir):
     server, client, *_ = published
     use_memory_client(client)
     before = (len(server.starts), len(server.ends), len(server.objects), len(server.tables), len(server.feedback))
-    rc, out = run_main(["--validation_dir", str(validation_dir), "--project", PROJECT,
+    rc, out = run_main(["--validation_dir", str(validation_dir), "--project", PROJECT, "--experiment", EXPERIMENT,
                         "--model_path", "Qwen/Qwen2.5-3B",
                         "--tool_set", "calculator"])
     client.flush()
@@ -298,8 +333,8 @@ def test_watcher_publishes_as_dumps_land_and_never_raises(validation_dir, tmp_pa
     result = {}
 
     def watcher():  # in a thread, so that a watcher that never stops fails the test instead of hanging it
-        result["rc"], _ = run_main(["--validation_dir", str(watched), "--project", PROJECT, "--watch",
-                                    "--stop_when_pid_exits", str(trainer.pid), "--poll_seconds", "0.1"])
+        result["rc"], _ = run_main(["--validation_dir", str(watched), "--project", PROJECT, "--experiment", EXPERIMENT,
+                                    "--watch", "--stop_when_pid_exits", str(trainer.pid), "--poll_seconds", "0.1"])
 
     thread = threading.Thread(target=watcher, daemon=True)
     try:
@@ -349,8 +384,8 @@ def test_bad_input_is_one_clear_line(case, tmp_path, repo_root, validation_dir):
     if case == "no_credentials":
         shutil.copy(validation_dir / "0.jsonl", folder / "0.jsonl")
         env.pop("WANDB_API_KEY")
-    proc = subprocess.run([sys.executable, "scripts/publish_evals.py", "--validation_dir", str(folder)], cwd=repo_root,
-                          env=env, capture_output=True, text=True, timeout=60)
+    script = [sys.executable, "scripts/publish_evals.py", "--validation_dir", str(folder), "--experiment", "e"]
+    proc = subprocess.run(script, cwd=repo_root, env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1 and proc.stdout == ""
     expected = {"missing_dir": f"error: validation dir {folder} does not exist",
                 "empty_dir": f"error: no <step>.jsonl dumps in {folder}",
@@ -359,7 +394,6 @@ def test_bad_input_is_one_clear_line(case, tmp_path, repo_root, validation_dir):
                                   "(set WANDB_API_KEY or run `wandb login`)"}
     assert proc.stderr.startswith(expected[case]) and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     if case == "no_credentials":  # what eval_gsm8k.sh does when W&B logging is on but there is no key
-        proc = subprocess.run([sys.executable, "scripts/publish_evals.py", "--validation_dir", str(folder),
-                               "--skip_without_credentials"], cwd=repo_root, env=env, capture_output=True, text=True,
-                              timeout=60)
+        proc = subprocess.run([*script, "--skip_without_credentials"], cwd=repo_root, env=env, capture_output=True,
+                              text=True, timeout=60)
         assert proc.returncode == 0 and proc.stdout.startswith("not publishing to Weave: no W&B credentials")

@@ -6,17 +6,39 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from verl.tools.base_tool import BaseTool
-from verl.tools.schemas import ToolResponse
+from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 from verl.utils.rollout_trace import rollout_trace_op
 
+from recipes.constants import CALCULATOR
 from tools.arithmetic import CalcError, calculate
+from tools.quiet_tool import QuietTool
 
 logger = logging.getLogger(__name__)
 
 
-class CalculatorTool(BaseTool):
+# What the model is told about the tool: its one home (every tool set YAML names the class and leaves the schema
+# to it; verl's loader asks get_openai_tool_schema when a YAML entry has no tool_schema).
+SCHEMA = OpenAIFunctionToolSchema.model_validate({
+    "type": "function",
+    "function": {
+        "name": CALCULATOR,
+        "description": "Evaluate an arithmetic expression and return the number. Supports + - * / ** %, parentheses "
+                       "and decimals, e.g. (16-3-4)*2 or 48/2.",
+        "parameters": {
+            "type": "object",
+            "properties": {"expression": {"type": "string",
+                                          "description": "The arithmetic expression to evaluate, e.g. 12*(3+4)/2."}},
+            "required": ["expression"],
+        },
+    },
+})
+
+
+class CalculatorTool(QuietTool):
     """Stateless: verl creates, executes and releases an instance per call; nothing to keep between them."""
+
+    def get_openai_tool_schema(self) -> OpenAIFunctionToolSchema:
+        return SCHEMA
 
     @rollout_trace_op
     async def execute(self, instance_id: str, parameters: dict[str, Any], **kwargs) -> tuple[ToolResponse, float, dict]:

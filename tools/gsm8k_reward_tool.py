@@ -16,19 +16,40 @@ import logging
 from typing import Any
 from uuid import uuid4
 
-from verl.tools.base_tool import BaseTool
-from verl.tools.schemas import ToolResponse
+from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 from verl.utils.rollout_trace import rollout_trace_op
 
 from recipes.answers import answers_match, extract_answer
+from recipes.constants import CALC_GSM8K_REWARD
+from tools.quiet_tool import QuietTool
 
 logger = logging.getLogger(__name__)
 
 
-class Gsm8kRewardTool(BaseTool):
+# The tool's one schema (tool set YAMLs name the class only; see tools/calculator.py).
+SCHEMA = OpenAIFunctionToolSchema.model_validate({
+    "type": "function",
+    "function": {
+        "name": CALC_GSM8K_REWARD,
+        "description": "Check your answer to the GSM8K problem: submit the final number and learn whether it is "
+                       "correct.",
+        "parameters": {
+            "type": "object",
+            "properties": {"answer": {"type": "string", "description": 'Your final answer as a number, e.g. 72 or '
+                                                                       '-3.5 ("#### 72" is accepted too).'}},
+            "required": ["answer"],
+        },
+    },
+})
+
+
+class Gsm8kRewardTool(QuietTool):
     def __init__(self, config: dict, tool_schema):
         super().__init__(config, tool_schema)
         self._ground_truths: dict[str, str | None] = {}
+
+    def get_openai_tool_schema(self) -> OpenAIFunctionToolSchema:
+        return SCHEMA
 
     async def create(self, instance_id: str | None = None, **kwargs) -> tuple[str, ToolResponse]:
         instance_id = instance_id or uuid4().hex

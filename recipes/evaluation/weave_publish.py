@@ -4,8 +4,8 @@ verl writes one `<step>.jsonl` per validation (trainer.validation_data_dir): per
 the multi-turn response, the ground truth, the reward and the reward's extra keys. Each dump becomes one
 Evaluation logged with weave's own `EvaluationLogger`:
 
-- model: `<experiment>-step<N>` with experiment, step (0 = the weights before any update), model path and
-  tool set as attributes;
+- model: `<experiment>-step<N>` (an evaluation-only run: the name it gives) with experiment, step (0 = the
+  weights before any update), model path and tool set as attributes;
 - dataset: the questions of the dump published as a weave `Dataset` (question_id, question, ground_truth).
   Each prediction's `inputs` is that dataset's row (a row ref), so the compare view lines predictions up by
   row digest exactly as it does for `weave.Evaluation`. The question is cut out of the chat-templated
@@ -71,6 +71,15 @@ class RunInfo:
     experiment: str
     model_path: str | None = None
     tool_set: str | None = None
+    # an evaluation-only run (scripts/eval_gsm8k.sh) dumps at step 0, which is no training step: its model is
+    # named this instead of <experiment>-step<N>
+    model_name: str | None = None
+
+    def names(self, step: int) -> tuple[str, str, int | None]:
+        """The evaluation's display name, the model's name and the training step the model is from."""
+        if self.model_name:
+            return self.model_name, self.model_name, None
+        return f"{self.experiment} step {step}", f"{self.experiment}-step{step}", step
 
 
 # ---- reading dumps (no weave needed) ------------------------------------------------------------------
@@ -203,10 +212,11 @@ class Publisher:
         weave.publish(dataset)
         # after publishing, each row carries its ref (.../attr/rows/id/<row digest>): logged as the inputs
         published_rows = {(row["question"], row["ground_truth"]): row for row in dataset.rows}
+        display_name, model_name, model_step = self.run.names(dump.step)
         evaluation = weave.EvaluationLogger(
-            name=f"{self.run.experiment} step {dump.step}",
-            model={"name": f"{self.run.experiment}-step{dump.step}", "experiment": self.run.experiment,
-                   "step": dump.step, "model_path": self.run.model_path, "tool_set": self.run.tool_set},
+            name=display_name,
+            model={"name": model_name, "experiment": self.run.experiment,
+                   "step": model_step, "model_path": self.run.model_path, "tool_set": self.run.tool_set},
             dataset=dataset,
             scorers=[SCORER],
             eval_attributes={EVAL_ATTRIBUTE: {

@@ -19,7 +19,8 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from recipes.constants import REPO_ROOT
+
 GPU_LOCK = REPO_ROOT / "requirements" / "gpu.txt"
 INSTALL_COMMAND = "bash scripts/install_gpu_env.sh"
 # The packages whose version decides whether the recipe runs as tested; the rest follow from the lock.

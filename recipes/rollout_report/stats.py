@@ -45,5 +45,5 @@ def collapse_alarm(steps: list[dict], floor: float, drop: float) -> str | None:
         return f"tool-call rate {last:.0%} at step {steps[-1]['step']} is below {floor:.0%}: tool use is collapsing"
     if best > 0 and last < drop * best:
         return (f"tool-call rate fell from {best:.0%} to {last:.0%} by step {steps[-1]['step']}: "
-                "tool use is collapsing (try TOOL_CALL_BONUS=0.1)")
+                "tool use is collapsing (try reward.custom_reward_function.reward_kwargs.tool_call_bonus=0.1)")
     return None

@@ -28,7 +28,8 @@ from pathlib import Path
 PENDING_EXIT = 3
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, upload_help: dict | None = None) -> int:
+    """upload_help: prog and description of the upload command's --help (scripts/upload_traces.py gives its own)."""
     parser = argparse.ArgumentParser(prog="python -m recipes.trace_relay", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -50,10 +51,13 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--listen-fd", type=int, help=argparse.SUPPRESS)  # the socket the supervisor holds
     status = commands.add_parser("status", help="count sent and pending records (no network)")
     status.add_argument("--spool", required=True, type=Path)
-    for sub in (serve, upload := commands.add_parser("upload", help="send a spool's pending records to W&B")):
+    upload = commands.add_parser("upload", help="send a spool's pending records to W&B",
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 **(upload_help or {"description": "Send a spool's pending records to W&B."}))
+    for sub in (serve, upload):
         sub.add_argument("--upstream", help="W&B base URL (default: WANDB_BASE_URL or https://api.wandb.ai)")
         sub.add_argument("--upstream-trace", help="W&B trace server URL (default: derived from --upstream)")
-    upload.add_argument("--spool", required=True, type=Path)
+    upload.add_argument("--spool", required=True, type=Path, help="the relay's spool dir (OUTPUT_DIR/trace_spool)")
     upload.add_argument("--timeout", type=float, default=600.0, help="give up retrying after this many seconds")
     args = parser.parse_args(argv)
     # weave (imported for its digest code) would report errors to Sentry: nothing leaves the node from here

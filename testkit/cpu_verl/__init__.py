@@ -11,3 +11,5 @@ changed or patched). Used by scripts/smoke_cpu.sh (config/profile/cpu_smoke.yaml
 - engine.py        verl's FSDP2 engine registered for device "cpu"
 - trace_fault.py   the failing-weave.init variant: one chosen agent-loop worker's weave points at a closed port
 """
+
+ROLLOUT_NAME = "hf_cpu"  # the CPU rollout backend (config/profile/cpu_smoke.yaml: actor_rollout_ref.rollout.name)

@@ -20,9 +20,8 @@ from verl.workers.rollout import base as rollout_base
 from verl.workers.rollout.replica import RolloutReplicaRegistry
 
 import testkit.cpu_verl.platform  # noqa: F401  (registers the platform)
+from testkit.cpu_verl import ROLLOUT_NAME
 from testkit.cpu_verl.trace_fault import break_weave_in_this_worker
-
-ROLLOUT_NAME = "hf_cpu"  # keep in step with testkit.cpu_verl.rollout.ROLLOUT_NAME (imported lazily: heavy)
 
 
 def _load_replica():

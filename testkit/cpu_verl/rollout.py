@@ -21,10 +21,10 @@ import torch
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutMode, RolloutReplica
 
+from testkit.cpu_verl import ROLLOUT_NAME
 from testkit.cpu_verl.server import CpuRolloutServer
 from testkit.cpu_verl.steering import LEDGER_NAME, SteeringLedger
 
-ROLLOUT_NAME = "hf_cpu"
 # Steer the first of every N first turns of a prompt (testkit.cpu_verl.steering); 0 turns steering off.
 # Set with actor_rollout_ref.rollout.engine_kwargs.hf_cpu.steer_every.
 DEFAULT_STEER_EVERY = 0

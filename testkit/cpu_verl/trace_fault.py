@@ -13,10 +13,11 @@ from __future__ import annotations
 import os
 import socket
 
+from recipes.constants import TRACE_RELAY_ENV  # light: no verl, which is mid-import here
+
 UNTRACED_WORKER_ENV = "CPU_SMOKE_UNTRACED_AGENT_LOOP_WORKER"
 # How long the failing worker's guard waits for weave.init (recipes/tracing.py reads it at import).
 INIT_TIMEOUT_ENV, INIT_TIMEOUT_S = "GSM8K_RECIPE_TRACE_INIT_TIMEOUT", "20"
-RELAY_ENV = "GSM8K_RECIPE_TRACE_RELAY"  # recipes.tracing.TRACE_RELAY_ENV (not imported: verl is mid-import)
 
 
 def _closed_port() -> int:
@@ -42,7 +43,7 @@ def break_weave_in_this_worker() -> bool:
     if not name or not name.startswith(f"agent_loop_worker_{index}_"):
         return False
     url = f"http://127.0.0.1:{_closed_port()}"
-    os.environ.pop(RELAY_ENV, None)  # no relay for this worker either: it must reach W&B itself, and cannot
+    os.environ.pop(TRACE_RELAY_ENV, None)  # no relay for this worker either: it must reach W&B itself, and cannot
     os.environ["WANDB_BASE_URL"] = url
     os.environ["WF_TRACE_SERVER_URL"] = url + "/traces"
     os.environ.setdefault(INIT_TIMEOUT_ENV, INIT_TIMEOUT_S)

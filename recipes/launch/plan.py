@@ -1,0 +1,106 @@
+"""What a launch would do, in a dozen lines read from the composed config: the launcher's DRY_RUN prints these
+(scripts/preflight.py --print-plan) and writes the full config to a file instead of the console."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+# Said once per launch: verl logs "Legacy trainer ... deprecated" at start, and the recipe chooses it on purpose.
+LEGACY_TRAINER_NOTE = (
+    "legacy (trainer.use_v1=false), on purpose: verl 0.9.1's V1 trainer never traces agent-loop rollouts, and "
+    "verl's neo branch keeps the legacy trainer; verl's 'Legacy trainer ... deprecated' warning is about this"
+)
+
+
+def _get(config: DictConfig, key: str):
+    return OmegaConf.select(config, key)
+
+
+def _tools(config: DictConfig) -> str:
+    path = _get(config, "actor_rollout_ref.rollout.multi_turn.tool_config_path")
+    if not path:
+        return "none (no tool config: single answers)"
+    turns = _get(config, "actor_rollout_ref.rollout.multi_turn.max_assistant_turns")
+    return f"{Path(path).stem} ({path}), at most {turns} assistant turns"
+
+
+def _model(config: DictConfig) -> str:
+    model = str(_get(config, "actor_rollout_ref.model.path"))
+    rank = _get(config, "actor_rollout_ref.model.lora_rank") or 0
+    if rank > 0:
+        merged = "merged" if _get(config, "actor_rollout_ref.model.lora.merge") else "unmerged"
+        model += f" + LoRA rank {rank}, alpha {_get(config, 'actor_rollout_ref.model.lora_alpha')} ({merged})"
+    return model
+
+
+def _hardware(config: DictConfig) -> str:
+    nodes, gpus = _get(config, "trainer.nnodes"), _get(config, "trainer.n_gpus_per_node")
+    tp = _get(config, "actor_rollout_ref.rollout.tensor_model_parallel_size")
+    engines = nodes * gpus // tp
+    return (f"{nodes} node(s) x {gpus} GPU(s); rollout {_get(config, 'actor_rollout_ref.rollout.name')}, "
+            f"TP {tp}: {engines} engine(s) of up to {_get(config, 'actor_rollout_ref.rollout.max_num_seqs')} sequences")
+
+
+def _batch(config: DictConfig) -> str:
+    prompts, n = _get(config, "data.train_batch_size"), _get(config, "actor_rollout_ref.rollout.n")
+    return (f"{prompts} prompts x {n} samples = {prompts * n} trajectories per step; PPO mini-batch "
+            f"{_get(config, 'actor_rollout_ref.actor.ppo_mini_batch_size')} prompts; prompt/response "
+            f"{_get(config, 'data.max_prompt_length')}/{_get(config, 'data.max_response_length')} tokens")
+
+
+def _schedule(config: DictConfig) -> str:
+    steps = _get(config, "trainer.total_training_steps")
+    length = f"{steps} steps" if steps else f"{_get(config, 'trainer.total_epochs')} epoch(s)"
+    keep = _get(config, "trainer.max_actor_ckpt_to_keep")
+    return (f"{length}; validation every {_get(config, 'trainer.test_freq')} steps, checkpoint every "
+            f"{_get(config, 'trainer.save_freq')} ({f'last {keep} kept' if keep else 'all kept'})")
+
+
+def _tracing(config: DictConfig) -> str:
+    logger = _get(config, "trainer.logger")
+    logger = ",".join(logger) if isinstance(logger, list) or OmegaConf.is_list(logger) else str(logger)
+    where = f"W&B project {_get(config, 'trainer.project_name')}, logger {logger}"
+    if _get(config, "actor_rollout_ref.rollout.trace.backend") != "weave":
+        return f"off; {where}"
+    samples = _get(config, "actor_rollout_ref.rollout.trace.max_samples_per_step_per_worker")
+    return f"weave, {samples} prompt(s) per agent-loop worker per step (all their samples); {where}"
+
+
+def _outputs(config: DictConfig) -> str:
+    dirs = {key: str(_get(config, f"trainer.{key}")) for key in
+            ("default_local_dir", "rollout_data_dir", "validation_data_dir")}
+    parents = {str(Path(d).parent) for d in dirs.values()}
+    if len(parents) == 1:
+        return f"{parents.pop()} (checkpoints/, rollouts/, validation/)"
+    return "; ".join(f"{key} {value}" for key, value in dirs.items())
+
+
+def plan_lines(config: DictConfig, config_file: str | None = None) -> list[str]:
+    rows = [("model", _model(config)),
+            ("data", f"train {_get(config, 'data.train_files')}, validation {_get(config, 'data.val_files')}"),
+            ("tools", _tools(config)), ("hardware", _hardware(config)), ("batch", _batch(config)),
+            ("schedule", _schedule(config)), ("tracing", _tracing(config)), ("outputs", _outputs(config))]
+    if not _get(config, "trainer.use_v1"):
+        rows.append(("trainer", LEGACY_TRAINER_NOTE))
+    if config_file:
+        rows.append(("config", f"{config_file} (the full composed config)"))
+    return [f"#   {key:<10}{value}" for key, value in rows]
+
+
+def write_config(config: DictConfig, path: str) -> None:
+    """The composed config as YAML, written atomically (a reader never sees half a file)."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(OmegaConf.to_yaml(config))
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
