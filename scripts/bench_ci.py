@@ -20,7 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from recipes.constants import REPO_ROOT
+
 E2E_FILE = "tests/test_e2e_cpu.py"
 SESSION_START = re.compile(r"^=+ test session starts =+$")
 DURATION = re.compile(r"^\s*([0-9.]+)s (?:setup|call|teardown)\s+(\S+?)::")

@@ -20,7 +20,8 @@ import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from recipes.constants import REPO_ROOT
+
 PAGE = REPO_ROOT / "docs" / "measured.md"
 
 HEADER = """# Measured figures
