@@ -16,7 +16,8 @@ VENV=${VENV:-/tmp/gsm8k-gpu-check/env}               # the env to build (reused:
 PYTHON=${PYTHON:-python3.12}
 MAX_JOBS=${MAX_JOBS:-$(nproc)}                         # parallel compiles (ninja)
 HEAD_DIMS=${HEAD_DIMS:-64 128}                         # Qwen2.5-0.5B: 64; 1.5B and larger: 128
-CACHES=${CACHES:-$VENV.jit-cache}                     # emptied first: every kernel is compiled here, none reused
+CACHES=${CACHES:-$VENV.jit-cache}                     # where the kernels are compiled (not ~/.cache)
+FRESH=${FRESH:-1}                                      # 1: empty CACHES first, so every kernel is compiled now
 
 die() { echo "[check_gpu_kernels] FAIL: $*" >&2; exit 1; }
 say() { echo "[check_gpu_kernels $(date -u +%H:%M:%S)] $*"; }
@@ -44,7 +45,8 @@ case "$HOME_SEEN" in
 esac
 say "CUDA compiler: $("$HOME_SEEN/bin/nvcc" --version | grep release); host: $(g++ --version | head -n1)"
 
-rm -rf "$CACHES"; mkdir -p "$CACHES"
+if [ "$FRESH" = 1 ]; then rm -rf "$CACHES"; fi
+mkdir -p "$CACHES"
 export TVM_FFI_CACHE_DIR=$CACHES/tvm-ffi FLASHINFER_WORKSPACE_BASE=$CACHES
 T1=$SECONDS
 # shellcheck disable=SC2086  # HEAD_DIMS is a list
