@@ -53,8 +53,9 @@ T1=$SECONDS
 (cd "$REPO_ROOT" && nice -n "${NICE:-0}" "$VENV/bin/python" -m recipes.jit_kernels --head-dims $HEAD_DIMS) \
   || die "a kernel did not compile (the first error is above)"
 COMPILE_S=$((SECONDS - T1))
-# Every build file names the env's nvcc: nothing fell back to a toolkit elsewhere.
-if grep -rhE '^ *(nvcc|cuda_home) *=' "$CACHES" --include=build.ninja | grep -v "= $VENV/" | sort -u | grep .; then
+# Every build file names the env's nvcc (FlashInfer's as $cuda_home/bin/nvcc): nothing fell back to another toolkit.
+if grep -rhE '^ *(nvcc|cuda_home) *=' "$CACHES" --include=build.ninja | grep -v -e "= $VENV/" -e '= \$cuda_home/' \
+    | sort -u | grep .; then
   die "a kernel was built with an nvcc outside the env (above)"
 fi
 say "PASS: compiled in ${COMPILE_S} s with MAX_JOBS=$MAX_JOBS (install ${INSTALL_S} s); caches $(du -sh "$CACHES" | cut -f1), env $(du -sh "$VENV" | cut -f1)"

@@ -22,7 +22,7 @@ GCC_RANGE = (10, 15)
 INSTALL = "bash scripts/install_gpu_env.sh"
 ACTIVATION_HEADER = Path("jit_kernel/csrc/elementwise/activation.cuh")  # in sglang/; recipes/sglang_patch.py
 FIRST_USE = ("the first rollout compiles what is missing (FlashInfer's attention: about 3-4 min on 16 cores, "
-             f"9-10 min on 2); `{INSTALL} --warm-kernels` compiles them ahead")
+             f"9-10 min on 2 idle ones); `{INSTALL} --warm-kernels` compiles them ahead")
 
 
 def cuda_home_in_use(environ: Mapping[str, str]) -> tuple[Path, str]:
