@@ -6,21 +6,29 @@
 #   VENV=/shared/envs/gsm8k PYTHON=/usr/bin/python3.12 bash scripts/install_gpu_env.sh
 #   bash scripts/install_gpu_env.sh --in-image       # inside a container (e.g. lmsysorg/sglang:v0.5.12): its own
 #                                                    # python3, only the packages whose version differs change
+#   bash scripts/install_gpu_env.sh --warm-kernels   # also compile the kernels an H100 run compiles at first use
+#                                                    # (no GPU needed; tens of minutes on few cores: see the README)
 #
 # Installs requirements/gpu.txt and nothing else: every package pinned and hash-checked, wheels only (one
 # pure-Python sdist, antlr4-python3-runtime, is built from source). Re-running it brings the env back to the lock.
 # Then the recipe's own packages (recipes, tools, data_prep, testkit) go in editable (pyproject.toml, no deps), so
-# `python data_prep/gsm8k.py` and scripts/*.py import them from anywhere.
-# Needs: Python 3.12 with venv, glibc >= 2.34, an NVIDIA driver >= 580 (CUDA 13), libnuma.so.1, ~10 GB of disk.
+# `python data_prep/gsm8k.py` and scripts/*.py import them from anywhere. SGLang and FlashInfer compile CUDA kernels
+# at first use: the lock carries CUDA 13.0's nvcc and headers, recipes/cuda_toolchain.py makes them the CUDA_HOME
+# of every process of the env, and recipes/sglang_patch.py fixes SGLang 0.5.12's activation kernel for them.
+# Needs: Python 3.12 with venv, glibc >= 2.34, an NVIDIA driver >= 580 (CUDA 13), libnuma.so.1, gcc/g++ 10 to 15
+# and patch (nvcc's host compiler; apt-get install g++ patch), ~10 GB of disk.
 set -euo pipefail
 
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 IN_IMAGE=0
-case "${1:-}" in
-  --in-image) IN_IMAGE=1 ;;
-  "") ;;
-  *) echo "usage: bash scripts/install_gpu_env.sh [--in-image]" >&2; exit 2 ;;
-esac
+WARM_KERNELS=0
+for arg in "$@"; do
+  case "$arg" in
+    --in-image) IN_IMAGE=1 ;;
+    --warm-kernels) WARM_KERNELS=1 ;;
+    *) echo "usage: bash scripts/install_gpu_env.sh [--in-image] [--warm-kernels]" >&2; exit 2 ;;
+  esac
+done
 VENV=${VENV:-$REPO_ROOT/.venv-gpu}
 if [ "$IN_IMAGE" = 1 ]; then PYTHON=${PYTHON:-python3}; else PYTHON=${PYTHON:-python3.12}; fi
 LOCK=$REPO_ROOT/requirements/gpu.txt
@@ -28,6 +36,7 @@ UV_VERSION=0.13.9                                   # the uv that wrote the lock
 if [ "$IN_IMAGE" = 1 ]; then UV_DEFAULT=/tmp/uv-$UV_VERSION; else UV_DEFAULT=$VENV/.uv-$UV_VERSION; fi
 UV_DIR=${UV_DIR:-$UV_DEFAULT}                       # uv lives beside the env, not in it: sync would remove it
 CHECK_DRIVER=${CHECK_DRIVER:-1}                     # 0: install on a machine without the GPU driver
+WARM_HEAD_DIMS=${WARM_HEAD_DIMS:-64 128}            # --warm-kernels: Qwen2.5-0.5B has head_dim 64, 1.5B and up 128
 export UV_PYTHON_DOWNLOADS=never                    # use the Python given, never a downloaded one
 
 die() { echo "error: $*" >&2; exit 1; }
@@ -52,6 +61,10 @@ if [ "$CHECK_DRIVER" = 1 ]; then
   [ "${DRIVER%%.*}" -ge 580 ] 2>/dev/null \
     || die "NVIDIA driver $DRIVER found; the locked torch 2.11.0 and sglang 0.5.12 are CUDA 13 builds and need driver >= 580"
 fi
+command -v g++ >/dev/null && command -v gcc >/dev/null \
+  || die "gcc/g++ not found: nvcc (in the lock) needs them to compile SGLang's and FlashInfer's kernels at first" \
+         "use; apt-get install g++ (or dnf install gcc-c++)"
+command -v patch >/dev/null || die "patch not found (it fixes SGLang 0.5.12's activation kernel); apt-get install patch"
 if ! { ldconfig -p || /sbin/ldconfig -p; } 2>/dev/null | grep -q 'libnuma\.so\.1'; then
   echo "warning: libnuma.so.1 not found; sglang-kernel needs it at run time: apt-get install libnuma1 (or numactl-libs)" >&2
 fi
@@ -93,6 +106,14 @@ say "installing the recipe's packages from $REPO_ROOT (editable, no dependencies
 
 cd "$REPO_ROOT"
 "$TARGET" -m recipes.preflight.versions --lock "$LOCK"
+SITE=$("$TARGET" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+"$TARGET" -m recipes.sglang_patch "$SITE" || die "SGLang's activation kernel cannot be patched (above)"
+"$TARGET" -m recipes.cuda_toolchain prepare || die "the env's CUDA compiler cannot be set up (above)"
+if [ "$WARM_KERNELS" = 1 ]; then
+  say "compiling the kernels an H100 run compiles at first use, into ~/.cache/tvm-ffi and ~/.cache/flashinfer"
+  # shellcheck disable=SC2086  # a list
+  "$TARGET" -m recipes.jit_kernels --head-dims $WARM_HEAD_DIMS || die "a kernel did not compile (above)"
+fi
 if [ "$IN_IMAGE" = 1 ]; then
   say "done. Launch with: bash scripts/run_gsm8k_grpo.sh"
 else

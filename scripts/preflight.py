@@ -84,6 +84,8 @@ def _check(args):
               file=sys.stderr)
         return None, None
     report = run_all(config, launch=args.launch, submit=args.submit)
+    for note in report.notes:
+        print(f"[preflight] {note}", file=sys.stderr)
     for warning in report.warnings:
         print(f"[preflight] WARNING: {warning}", file=sys.stderr)
     for error in report.errors:

@@ -112,6 +112,18 @@ def test_the_header_command_regenerates_this_lock_from_committed_inputs(header_a
     assert override_pins and all(pins[name] == version for name, version in override_pins.items())
 
 
+def test_the_lock_carries_a_cuda_compiler_of_torchs_cuda_release(pins):
+    """SGLang and FlashInfer compile kernels with nvcc at first use; a driver-only node has none but the env's.
+    One CUDA release ships nvcc, its crt headers and cicc (nvvm) at the nvrtc version torch pins."""
+    release = pins["nvidia-cuda-nvrtc"]
+    assert release.startswith("13.0."), f"torch 2.11.0's CUDA is 13.0, nvrtc is {release}"
+    for part in ("nvidia-cuda-nvcc", "nvidia-cuda-crt", "nvidia-nvvm"):
+        assert pins.get(part) == release, f"{part} {pins.get(part)} is not CUDA {release}'s"
+    assert pins.get("nvidia-cuda-cccl", "").startswith("13.0."), "cuda/std headers of CUDA 13.0"
+    # the headers FlashInfer's prefill includes (curand.h) and the runtime tvm-ffi links (-lcudart)
+    assert {"nvidia-curand", "nvidia-cuda-runtime"} <= set(pins)
+
+
 def test_every_direct_need_is_met_by_the_lock(pins):
     """Editing requirements/gpu.in without regenerating the lock fails here."""
     for line in (REPO_ROOT / "requirements" / "gpu.in").read_text().splitlines():

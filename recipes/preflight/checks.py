@@ -12,6 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from recipes.constants import AGENT_NAME, REPO_ROOT
 from recipes.credentials import has_wandb_credentials, wandb_host
+from recipes.preflight.jit_toolchain import check_jit_toolchain
 from recipes.preflight.report import Report
 from recipes.preflight.rollout_checks import check_lora_with_sglang, check_rollout_concurrency
 from recipes.preflight.storage import check_checkpoint_space, check_shared_outputs
@@ -206,6 +207,7 @@ def run_all(config: DictConfig, launch: bool = False, submit: bool = False) -> R
     if launch and not on_cpu_platform():
         check_gpus(config, report)
         check_gpu_env(config, report)  # driver, locked versions, attention implementation
+        check_jit_toolchain(report)  # the compilers SGLang and FlashInfer use at first use, their caches
     if launch or submit:
         check_wandb(config, report)
         check_checkpoint_space(config, report, train_rows)

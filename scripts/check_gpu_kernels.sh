@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Does the GPU env compile the kernels an H100 run compiles at first use? On any x86_64 Linux machine, no GPU needed:
+# builds the env from requirements/gpu.txt with the README's installer (CHECK_DRIVER=0), then, with only that env's
+# toolchain, compiles for Hopper SGLang's JIT activation kernel and FlashInfer's fa2/fa3 prefill and decode modules
+# for Qwen2.5's head dims (recipes/jit_kernels.py says which and why), into fresh caches. Exit 0 when all compile.
+#
+#   bash scripts/check_gpu_kernels.sh                       # ~10 GB disk; about 25 min on 2 cores (see the README)
+#   VENV=/big/disk/env MAX_JOBS=8 bash scripts/check_gpu_kernels.sh
+#
+# Any CUDA on the machine (/usr/local/cuda, an nvcc on PATH, CUDA_HOME, CPATH...) is kept out of it: the env must
+# bring its own, so the check fails on a lock without a compiler even where a toolkit happens to be installed.
+set -euo pipefail
+
+REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+VENV=${VENV:-/tmp/gsm8k-gpu-check/env}               # the env to build (reused: the installer syncs it to the lock)
+PYTHON=${PYTHON:-python3.12}
+MAX_JOBS=${MAX_JOBS:-$(nproc)}                         # parallel compiles (ninja)
+HEAD_DIMS=${HEAD_DIMS:-64 128}                         # Qwen2.5-0.5B: 64; 1.5B and larger: 128
+CACHES=${CACHES:-$VENV.jit-cache}                     # where the kernels are compiled (not ~/.cache)
+FRESH=${FRESH:-1}                                      # 1: empty CACHES first, so every kernel is compiled now
+
+die() { echo "[check_gpu_kernels] FAIL: $*" >&2; exit 1; }
+say() { echo "[check_gpu_kernels $(date -u +%H:%M:%S)] $*"; }
+
+PYTHON_PATH=$(command -v "$PYTHON") || die "$PYTHON not found (set PYTHON=/path/to/python3.12)"
+# Only the system's basic tools (gcc, patch) and the env's own bin: no other CUDA on any search path.
+unset CUDA_HOME CUDA_PATH CPATH C_INCLUDE_PATH CPLUS_INCLUDE_PATH LIBRARY_PATH LD_LIBRARY_PATH NVCC_PREPEND_FLAGS \
+      NVCC_APPEND_FLAGS FLASHINFER_NVCC TVM_FFI_CUDA_ARCH_LIST
+export PATH=/usr/bin:/bin
+if command -v nvcc >/dev/null; then die "$(command -v nvcc) is on the system PATH: the check cannot tell it from the env's"; fi
+export MAX_JOBS
+
+T0=$SECONDS
+say "installing $VENV from requirements/gpu.txt with scripts/install_gpu_env.sh (CHECK_DRIVER=0)"
+CHECK_DRIVER=0 VENV=$VENV PYTHON=$PYTHON_PATH bash "$REPO_ROOT/scripts/install_gpu_env.sh"
+INSTALL_S=$((SECONDS - T0))
+say "install: ${INSTALL_S} s; env on disk: $(du -sh "$VENV" | cut -f1)"
+
+# The env's own compiler, as its processes see it (the installer's startup hook), and nothing from outside it.
+HOME_SEEN=$("$VENV/bin/python" -c 'import os; print(os.environ.get("CUDA_HOME", ""))')
+case "$HOME_SEEN" in
+  "$VENV"/*) ;;
+  "") die "the env sets no CUDA_HOME: requirements/gpu.txt brings no CUDA compiler (nvidia-cuda-nvcc), so SGLang and FlashInfer would look for /usr/local/cuda" ;;
+  *) die "the env's CUDA_HOME is $HOME_SEEN, outside $VENV" ;;
+esac
+say "CUDA compiler: $("$HOME_SEEN/bin/nvcc" --version | grep release); host: $(g++ --version | head -n1)"
+
+if [ "$FRESH" = 1 ]; then rm -rf "$CACHES"; fi
+mkdir -p "$CACHES"
+export TVM_FFI_CACHE_DIR=$CACHES/tvm-ffi FLASHINFER_WORKSPACE_BASE=$CACHES
+T1=$SECONDS
+# shellcheck disable=SC2086  # HEAD_DIMS is a list
+(cd "$REPO_ROOT" && nice -n "${NICE:-0}" "$VENV/bin/python" -m recipes.jit_kernels --head-dims $HEAD_DIMS) \
+  || die "a kernel did not compile (the first error is above)"
+COMPILE_S=$((SECONDS - T1))
+# Every build file names the env's nvcc (FlashInfer's as $cuda_home/bin/nvcc): nothing fell back to another toolkit.
+if grep -rhE '^ *(nvcc|cuda_home) *=' "$CACHES" --include=build.ninja | grep -v -e "= $VENV/" -e '= \$cuda_home/' \
+    | sort -u | grep .; then
+  die "a kernel was built with an nvcc outside the env (above)"
+fi
+say "PASS: compiled in ${COMPILE_S} s with MAX_JOBS=$MAX_JOBS (install ${INSTALL_S} s); caches $(du -sh "$CACHES" | cut -f1), env $(du -sh "$VENV" | cut -f1)"
