@@ -4,7 +4,7 @@
 # toolchain, compiles for Hopper SGLang's JIT activation kernel and FlashInfer's fa2/fa3 prefill and decode modules
 # for Qwen2.5's head dims (recipes/jit_kernels.py says which and why), into fresh caches. Exit 0 when all compile.
 #
-#   bash scripts/check_gpu_kernels.sh                       # ~10 GB disk; about 25 min on 2 cores (see the README)
+#   bash scripts/check_gpu_kernels.sh                       # ~10 GB disk; tens of minutes on 2 cores (docs/measured.md)
 #   VENV=/big/disk/env MAX_JOBS=8 bash scripts/check_gpu_kernels.sh
 #
 # Any CUDA on the machine (/usr/local/cuda, an nvcc on PATH, CUDA_HOME, CPATH...) is kept out of it: the env must
