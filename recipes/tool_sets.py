@@ -49,6 +49,16 @@ class ToolSet:
     def system_prompt(self) -> str:
         return " ".join([_BASE_PROMPT, *(_TOOL_GUIDANCE[t] for t in self.tools), _FINAL_ANSWER])
 
+    def chat_schemas(self) -> list[dict]:
+        """The tool schemas as verl's ToolAgentLoop hands them to the chat template, loaded from this set's YAML by
+        verl's own loader (the schemas live in the tool classes, not in the YAML)."""
+        if self.config_path is None:
+            return []
+        from verl.tools.tool_registry import initialize_tools_from_config
+
+        tools = initialize_tools_from_config(str(self.config_path))
+        return [tool.tool_schema.model_dump(exclude_unset=True, exclude_none=True) for tool in tools]
+
     def tools_kwargs(self, ground_truth: str, index: int) -> dict:
         """Per-row kwargs, keyed by tool name, in the `{name: {"create_kwargs": {...}}}` shape verl expects."""
         return {tool: {"create_kwargs": _create_kwargs(tool, ground_truth, index)} for tool in self.tools}

@@ -6,7 +6,6 @@ import json
 
 import pytest
 import torch
-import yaml
 
 from recipes.constants import CALCULATOR
 from recipes.reward import count_tool_calls
@@ -41,8 +40,7 @@ def tok(server):
 
 def first_turn_text(tok, question=QUESTION) -> str:
     """A first-turn prompt as verl's agent loop renders it: chat template with the calculator's schema."""
-    tool_config = yaml.safe_load(get_tool_set("calculator").config_path.read_text())
-    tools = [tool["tool_schema"] for tool in tool_config["tools"]]
+    tools = get_tool_set("calculator").chat_schemas()
     messages = [{"role": "system", "content": "Solve it."}, {"role": "user", "content": question}]
     return tok.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
 
