@@ -69,6 +69,8 @@ def supervise(relay_argv: list[str], host: str, port: int, max_restarts: int = 5
             relay = subprocess.Popen([*command, "--listen-fd", str(fd)], pass_fds=(fd,))
         except (OSError, ValueError):  # the socket was closed by a stop signal in between
             break
+        if stopping.is_set():  # a stop signal that came while Popen ran could not reach this relay
+            relay.send_signal(signal.SIGTERM)
         status = relay.wait()
         if stopping.is_set():
             return status if status >= 0 else 128 - status
