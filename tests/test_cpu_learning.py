@@ -1,0 +1,81 @@
+"""The CPU learning check's pieces (recipes/cpu_learning): the synthetic task goes through the recipe's data prep,
+and an SFT transcript is, token for token, what verl's real ToolAgentLoop holds after the same conversation (the
+recipe's config, tool and parser; only the LLM server is scripted, testkit.scripted_llm)."""
+
+import asyncio
+import json
+
+import pytest
+
+from data_prep.gsm8k import main as data_prep_main
+from data_prep.gsm8k_rows import SourceRecord, build_row
+from recipes.cpu_learning import task
+from recipes.cpu_learning.small_model import build_from_rows, tool_schemas
+from recipes.cpu_learning.transcripts import Renderer, scripted_turns
+from recipes.tool_sets import get_tool_set
+from testkit import agent_loop_harness as harness
+from testkit.scripted_llm import ScriptedLLM
+
+
+def rows_of(problems, split="train"):
+    tool_set = get_tool_set("calculator")
+    return [build_row(SourceRecord(p.record()["question"], p.record()["answer"], "synthetic", i), split, tool_set)
+            for i, p in enumerate(problems)]
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    from transformers import AutoTokenizer
+
+    splits = task.make_splits(train_size=60, test_size=6, seed=3)
+    folder = tmp_path_factory.mktemp("model") / "m"
+    build_from_rows(rows_of(splits["train"]), folder, seed=0)
+    return AutoTokenizer.from_pretrained(str(folder)), rows_of(splits["test"], "test")
+
+
+def test_task_is_deterministic_disjoint_and_goes_through_data_prep(tmp_path):
+    a, b = task.make_splits(200, 50, seed=7), task.make_splits(200, 50, seed=7)
+    assert a == b and a != task.make_splits(200, 50, seed=8)
+    assert not {p.question for p in a["train"]} & {p.question for p in a["test"]}
+    for problem in a["test"]:
+        assert eval(problem.expression) == problem.answer  # noqa: S307  test-only check of our own strings
+    assert task.main(["--out_dir", str(tmp_path / "raw"), "--train_size", "20", "--test_size", "5"]) == 0
+    assert data_prep_main(["--input_dir", str(tmp_path / "raw"), "--local_save_dir", str(tmp_path / "data")]) == 0
+    import pyarrow.parquet as pq
+
+    rows = pq.read_table(tmp_path / "data" / "test.parquet").to_pylist()
+    first = json.loads((tmp_path / "raw" / "test.jsonl").read_text().splitlines()[0])
+    assert len(rows) == 5 and rows[0]["reward_model"]["ground_truth"] == first["answer"].rsplit("#### ", 1)[1]
+
+
+def test_tokenizer_digits_markers_and_short_prompt(small):
+    tok, rows = small
+    assert [tok.decode([i]) for i in tok.encode("9081", add_special_tokens=False)] == ["9", "0", "8", "1"]
+    for marker in ("<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"):
+        assert len(tok.encode(marker, add_special_tokens=False)) == 1, marker
+    # the reward reads tool calls and responses from text decoded with special tokens skipped: they must stay
+    text = '<tool_call>\n{"x": 1}\n</tool_call><|im_end|>'
+    assert tok.decode(tok.encode(text, add_special_tokens=False), skip_special_tokens=True) == text[:-10]
+    ids, mask = Renderer(tok, tool_schemas(get_tool_set("calculator").config_path)).render(rows[0])
+    assert len(ids) < 160 and 0 < sum(mask) < len(ids)
+
+
+def test_sft_transcript_equals_the_agent_loops_tokens(small):
+    tok, rows = small
+    config = harness.compose_trainer_config("calculator")
+    tools = harness.load_tools(config)
+    renderer = Renderer(tok, tool_schemas(get_tool_set("calculator").config_path))
+    for row in rows[:3]:
+        turns = list(scripted_turns(row))
+        server = ScriptedLLM(tok, lambda prompt, turns=turns: turns)
+
+        async def go(row=row, server=server):
+            return await harness.run_rollout(config, tok, server, tools, row)
+
+        output = asyncio.run(go())
+        ids, mask = renderer.render(row)
+        assert output.prompt_ids == ids[: len(output.prompt_ids)]
+        assert output.prompt_ids + output.response_ids == ids
+        assert [0] * len(output.prompt_ids) + list(output.response_mask) == mask
+        text = tok.decode(output.response_ids)
+        assert f"<tool_response>\n{row['reward_model']['ground_truth']}\n</tool_response>" in text  # the real tool ran
