@@ -79,3 +79,31 @@ def test_sft_transcript_equals_the_agent_loops_tokens(small):
         assert [0] * len(output.prompt_ids) + list(output.response_mask) == mask
         text = tok.decode(output.response_ids)
         assert f"<tool_response>\n{row['reward_model']['ground_truth']}\n</tool_response>" in text  # the real tool ran
+
+
+def test_evaluator_scores_the_agent_loops_rollouts_with_the_recipes_reward(small):
+    """Scripted turns of known quality in, accuracy and tool-call rate out (tools on and tools off)."""
+    from recipes.cpu_learning.evaluate import OVERRIDES, score_rollouts
+
+    tok, rows = small
+    rows = rows[:4]
+    truth = [r["reward_model"]["ground_truth"] for r in rows]
+    scripts = {  # by question: right with the tool, right with it, wrong with it, right without it
+        rows[0]["extra_info"]["question"]: list(scripted_turns(rows[0])),
+        rows[1]["extra_info"]["question"]: list(scripted_turns(rows[1])),
+        rows[2]["extra_info"]["question"]: [scripted_turns(rows[2])[0], f"#### {int(truth[2]) + 1}"],
+        rows[3]["extra_info"]["question"]: [f"#### {truth[3]}"],
+    }
+
+    def script_for(prompt):
+        return next(turns for question, turns in scripts.items() if question in prompt)
+
+    config = harness.compose_trainer_config("calculator", OVERRIDES)
+    result = score_rollouts(config, tok, ScriptedLLM(tok, script_for), rows, "calculator", 1.0)
+    assert result == {"n": 4, "acc": 0.75, "tool_call_rate": 0.75}
+
+    no_tools = [build_row(SourceRecord(r["extra_info"]["question"], r["extra_info"]["answer"], "t", i), "test",
+                          get_tool_set("none")) for i, r in enumerate(rows)]
+    config = harness.compose_trainer_config("none", OVERRIDES)
+    result = score_rollouts(config, tok, ScriptedLLM(tok, lambda p: [f"#### {truth[0]}"]), no_tools, "none", 0.0)
+    assert result == {"n": 4, "acc": 0.25, "tool_call_rate": 0.0}
