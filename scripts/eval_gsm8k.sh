@@ -6,6 +6,7 @@
 #   DATA_DIR=~/data/gsm8k_notools TOOL_SET=none bash scripts/eval_gsm8k.sh        # tools off (data prep --tool_set none)
 #   MODEL_PATH=outputs/<exp>/hf VAL_N=8 VAL_TEMPERATURE=1.0 bash scripts/eval_gsm8k.sh   # pass@k from 8 samples
 #   DRY_RUN=1 bash scripts/eval_gsm8k.sh                                            # preflight + print only
+#   DEVICE=cpu MODEL_PATH=outputs/<exp>/hf bash scripts/eval_gsm8k.sh   # no GPU: testkit/cpu_verl, PROFILE=cpu_smoke
 #   LOGGER=console,wandb bash scripts/eval_gsm8k.sh    # also publish the result as a Weave Evaluation (PUBLISH=1 too)
 #
 # The launcher's knobs (PROFILE, MODEL_PATH, DATA_DIR, TOOL_SET, OUTPUT_DIR, ...) pass through with the
@@ -14,6 +15,7 @@ set -euo pipefail
 
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # ---- knobs (evaluation's own) ------------------------------------------------------------------------
+DEVICE=${DEVICE:-gpu}                  # gpu | cpu: verl on testkit/cpu_verl's CPU stand-ins (small models only)
 VAL_N=${VAL_N:-1}                      # samples per question; >1 gives pass@k (needs VAL_TEMPERATURE > 0)
 VAL_TEMPERATURE=${VAL_TEMPERATURE:-0}  # 0 = greedy
 PASS_K=${PASS_K:-$VAL_N}
@@ -23,6 +25,17 @@ export TRACE=${TRACE:-off}
 PUBLISH=${PUBLISH:-auto}               # Weave Evaluation of the result: auto (= when LOGGER has wandb) | 1 | 0
 PYTHON=${PYTHON:-python3}
 # -----------------------------------------------------------------------------------------------------
+EVAL_OVERRIDES=()
+case "$DEVICE" in
+  gpu) ;;
+  cpu)  # the CPU platform, engine and Hugging Face rollout server; a CPU profile (cpu_smoke or cpu_learn) sizes them
+    export PROFILE=${PROFILE:-cpu_smoke}
+    source "$REPO_ROOT/scripts/cpu_env.sh"
+    # the CPU rollout server writes some first turns itself when steering (the smoke's trainer needs it): never
+    # in an evaluation, whatever the profile says
+    EVAL_OVERRIDES+=("++actor_rollout_ref.rollout.engine_kwargs.hf_cpu.steer_every=0") ;;
+  *) echo "error: DEVICE must be gpu or cpu, not '$DEVICE'" >&2; exit 1 ;;
+esac
 # verl's agent loop samples at val_kwargs.temperature whatever do_sample says: at 0 all n samples are the same
 if [ "$VAL_N" -gt 1 ] && awk "BEGIN {exit !($VAL_TEMPERATURE <= 0)}"; then
   echo "error: VAL_N=$VAL_N samples at VAL_TEMPERATURE=$VAL_TEMPERATURE would all be identical (greedy); set VAL_TEMPERATURE=1.0" >&2
@@ -30,7 +43,7 @@ if [ "$VAL_N" -gt 1 ] && awk "BEGIN {exit !($VAL_TEMPERATURE <= 0)}"; then
 fi
 OUTPUT_DIR=$(PRINT_OUTPUT_DIR=1 bash "$REPO_ROOT/scripts/run_gsm8k_grpo.sh")
 
-EVAL_OVERRIDES=(
+EVAL_OVERRIDES+=(
   "trainer.val_only=True"
   "trainer.val_before_train=True"
   "actor_rollout_ref.rollout.val_kwargs.n=$VAL_N"

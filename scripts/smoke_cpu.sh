@@ -38,13 +38,9 @@ if [ -n "$GSM8K_DIR" ] && [ -d "$GSM8K_DIR" ]; then SOURCE=(--input_dir "$GSM8K_
 "$PYTHON" data_prep/gsm8k.py "${SOURCE[@]}" --train_size "$TRAIN_ROWS" --test_size "$TEST_ROWS" \
   --local_save_dir "$WORK_DIR/data"
 
-# What the CPU stand-ins need in every process of the run: Ray workers inherit the driver's environment.
-export VERL_USE_EXTERNAL_MODULES="testkit.cpu_verl.plugin${VERL_USE_EXTERNAL_MODULES:+,$VERL_USE_EXTERNAL_MODULES}"
-export VERL_PLATFORM=cpu
-export RAY_ADDRESS=local      # a fresh local Ray instance, never another cluster running on this machine
-export RAY_DEDUP_LOGS=0       # keep every replica's weight-checksum line (Ray folds lines that differ in numbers)
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}  # one thread per process: the ranks and servers share the cores
-export TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
+# What the CPU stand-ins need in every process of the run (VERL_PLATFORM=cpu, ...), then: no hub, no W&B cloud.
+source "$REPO_ROOT/scripts/cpu_env.sh"
+export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 export WANDB_MODE=${WANDB_MODE:-offline} WANDB_ERROR_REPORTING=${WANDB_ERROR_REPORTING:-false}
 export PROFILE=cpu_smoke MODEL_PATH="$WORK_DIR/model" DATA_DIR="$WORK_DIR/data" OUTPUT_DIR EXPERIMENT_NAME PYTHON
 

@@ -100,3 +100,30 @@ def test_summary_of_a_handmade_dump(tmp_path):
     assert summary["pass@1_strict"] == 0.25 and summary["pass@2_strict"] == 0.5 and summary["pass@2_flexible"] == 1.0
     assert proc.stdout.strip().splitlines()[-1] == (
         "RESULT strict_acc=0.2500 flexible_acc=0.5000 tool_calls_per_answer=0.5000")
+
+
+def test_cpu_eval_runs_on_the_cpu_stand_ins_without_steering(prepared_data_dir):
+    """DEVICE=cpu: the CPU profile, no steered turns (the rollout server writes none of the model's answers)."""
+    proc = eval_dry_run(prepared_data_dir, DEVICE="cpu", MODEL_PATH="/models/tiny")
+    assert proc.returncode == 0, proc.stderr
+    command = shlex.split([line for line in proc.stdout.splitlines() if "verl.trainer.main_ppo" in line][-1])
+    for override in ("profile=cpu_smoke", "++actor_rollout_ref.rollout.engine_kwargs.hf_cpu.steer_every=0",
+                     "trainer.val_only=True", "actor_rollout_ref.rollout.val_kwargs.temperature=0"):
+        assert override in command
+    steer = [c for c in command if "steer_every" in c]
+    assert steer[-1].endswith("=0"), "no later override turns steering back on"
+    assert "eval_summary.py --validation_dir" in proc.stdout
+
+
+def test_cpu_eval_launch_passes_the_gpu_checks(prepared_data_dir):
+    """A real launch-mode preflight (made to fail on W&B credentials, so nothing starts): on CPU it must not
+    stop at counting GPUs, as it did before DEVICE=cpu existed."""
+    proc = eval_dry_run(prepared_data_dir, DEVICE="cpu", DRY_RUN="0", MODEL_PATH="/models/tiny",
+                        LOGGER="console,wandb", HOME="/nonexistent", PROFILE="cpu_smoke")
+    assert proc.returncode != 0 and "need W&B credentials" in proc.stderr, proc.stderr[-2000:]
+    assert "cannot count GPUs" not in proc.stderr and "GPU(s) visible" not in proc.stderr
+
+
+def test_unknown_device_is_refused(prepared_data_dir):
+    proc = eval_dry_run(prepared_data_dir, DEVICE="tpu")
+    assert proc.returncode == 1 and "DEVICE must be gpu or cpu, not 'tpu'" in proc.stderr

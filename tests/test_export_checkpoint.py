@@ -1,10 +1,15 @@
-"""scripts/export_checkpoint.py checks everything before it runs verl's model merger."""
+"""scripts/export_checkpoint.py checks everything before it runs the model merger, and the exported model holds
+the weights that were trained: same dtype, same bits, readable as the umask allows."""
 
+import json
+import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -31,7 +36,8 @@ def test_latest_step_and_the_exact_merger_command(tmp_path):
     proc = export(root, "--target_dir", tmp_path / "hf", "--dry_run")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[-1].endswith(
-        f"-m verl.model_merger merge --backend fsdp --local_dir {root}/global_step_40/actor --target_dir {tmp_path}/hf")
+        f"-m recipes.evaluation.merge_fsdp --local_dir {root}/global_step_40/actor --target_dir {tmp_path}/hf "
+        "--dtype checkpoint")
     proc = export(root, "--target_dir", tmp_path / "hf", "--step", "20", "--dry_run")
     assert f"{root}/global_step_20/actor" in proc.stdout
 
@@ -60,9 +66,48 @@ def test_a_non_empty_target_needs_force(tmp_path):
     assert export(root, "--target_dir", tmp_path / "hf", "--dry_run", "--force").returncode == 0
 
 
-def test_the_merger_cli_takes_these_arguments():
-    proc = subprocess.run([sys.executable, "-m", "verl.model_merger", "merge", "--help"], capture_output=True,
-                          text=True, timeout=120)
-    assert proc.returncode == 0
-    for flag in ("--backend {fsdp,megatron}", "--local_dir", "--target_dir"):
-        assert flag in proc.stdout
+@pytest.fixture(scope="module")
+def fsdp_checkpoint(tmp_path_factory):
+    """A real 2-rank FSDP2 checkpoint of a tiny fp32 model, written by verl's FSDPCheckpointManager, and the
+    full weights it was made from."""
+    from testkit.fsdp_checkpoint import write_fsdp_checkpoint
+
+    root = tmp_path_factory.mktemp("fsdp") / "checkpoints"
+    write_fsdp_checkpoint(root / "global_step_1" / "actor")
+    (root / "latest_checkpointed_iteration.txt").write_text("1")
+    return root, torch.load(root / "global_step_1" / "reference_weights.pt")
+
+
+def test_the_export_holds_the_trained_fp32_weights_bit_for_bit_and_is_readable(fsdp_checkpoint, tmp_path):
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    root, trained = fsdp_checkpoint
+    target = tmp_path / "hf"
+    proc = subprocess.run([sys.executable, "scripts/export_checkpoint.py", str(root), "--target_dir", str(target)],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
+                          preexec_fn=lambda: os.umask(0o027))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "[export] weights written as float32 (the checkpoint's dtype" in proc.stdout
+    saved = load_file(target / "model.safetensors")
+    assert set(saved) == set(trained) - {"lm_head.weight"}  # tied to the embedding
+    for name, tensor in saved.items():
+        assert tensor.dtype == torch.float32 and torch.equal(tensor, trained[name]), name
+    assert json.loads((target / "config.json").read_text())["dtype"] == "float32"
+    loaded = AutoModelForCausalLM.from_pretrained(target)  # as the eval loads it: the config's dtype
+    assert all(torch.equal(loaded.state_dict()[k], v) for k, v in trained.items())
+    assert stat.S_IMODE((target / "model.safetensors").stat().st_mode) == 0o640  # 0666 minus the umask 027
+
+
+def test_dtype_bfloat16_casts_on_purpose_and_says_so(fsdp_checkpoint, tmp_path, capsys):
+    from safetensors.torch import load_file
+
+    from recipes.evaluation import merge_fsdp
+
+    root, trained = fsdp_checkpoint
+    actor = root / "global_step_1" / "actor"
+    assert merge_fsdp.main(["--local_dir", str(actor), "--target_dir", str(tmp_path), "--dtype", "bfloat16"]) == 0
+    assert "weights written as bfloat16 (cast by --dtype bfloat16" in capsys.readouterr().out
+    saved = load_file(tmp_path / "model.safetensors")
+    assert all(torch.equal(t, trained[k].to(torch.bfloat16)) for k, t in saved.items())
+    assert json.loads((tmp_path / "config.json").read_text())["dtype"] == "bfloat16"

@@ -5,6 +5,7 @@ Each composes the recipe's real config (hydra, as the launcher does) and runs th
 import pytest
 
 from recipes.credentials import wandb_api_key
+from recipes.preflight.checks import check_cpu_rollout
 from recipes.preflight.compose import compose_config
 from recipes.preflight.report import Report
 from recipes.preflight.rollout_checks import check_lora_with_sglang, check_rollout_concurrency
@@ -90,3 +91,13 @@ def test_wandb_credentials_are_read_for_the_host_weave_will_use(tmp_path):
     assert wandb_api_key(env) == "self-hosted-key"
     assert wandb_api_key({"HOME": str(tmp_path)}) is None  # api.wandb.ai has no entry
     assert wandb_api_key({**env, "WANDB_API_KEY": "from-env"}) == "from-env"
+
+
+def test_the_cpu_platform_needs_the_cpu_rollout(monkeypatch):
+    """DEVICE=cpu with a GPU profile (SGLang) would fail inside Ray minutes later: refused up front."""
+    monkeypatch.setenv("VERL_PLATFORM", "cpu")
+    assert "VERL_PLATFORM=cpu (DEVICE=cpu, smoke_cpu.sh) runs the rollout hf_cpu only, but " \
+        "actor_rollout_ref.rollout.name=sglang" in run(check_cpu_rollout).errors[0]
+    assert not run(check_cpu_rollout, "profile=cpu_smoke").errors
+    monkeypatch.delenv("VERL_PLATFORM")
+    assert not run(check_cpu_rollout).errors

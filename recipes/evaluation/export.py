@@ -1,10 +1,14 @@
 """Find an FSDP actor checkpoint written by verl and build the model-merger command that turns it into a
-Hugging Face folder. Every argument is checked before anything runs."""
+Hugging Face folder (recipes.evaluation.merge_fsdp: verl's merger, keeping the trained dtype). Every argument is
+checked before anything runs."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
+
+KEEP = "checkpoint"  # the dtype the weights were trained and saved in
+DTYPE_CHOICES = (KEEP, "bfloat16", "float16", "float32")
 
 
 class ExportError(ValueError):
@@ -38,11 +42,14 @@ def find_actor_dir(checkpoint_root: Path, step: int | None) -> Path:
     return actor
 
 
-def merge_command(actor_dir: Path, target_dir: Path, force: bool, python: str = sys.executable) -> list[str]:
+def merge_command(actor_dir: Path, target_dir: Path, force: bool, dtype: str = KEEP,
+                  python: str = sys.executable) -> list[str]:
     if target_dir.exists() and any(target_dir.iterdir()) and not force:
         raise ExportError(f"target {target_dir} exists and is not empty; choose another --target_dir or pass --force")
-    return [python, "-m", "verl.model_merger", "merge", "--backend", "fsdp",
-            "--local_dir", str(actor_dir), "--target_dir", str(target_dir)]
+    if dtype not in DTYPE_CHOICES:
+        raise ExportError(f"--dtype must be one of {DTYPE_CHOICES}, not {dtype!r}")
+    return [python, "-m", "recipes.evaluation.merge_fsdp", "--local_dir", str(actor_dir),
+            "--target_dir", str(target_dir), "--dtype", dtype]
 
 
 def is_lora(actor_dir: Path) -> bool:

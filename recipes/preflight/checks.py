@@ -141,6 +141,19 @@ def on_cpu_platform() -> bool:
     return os.environ.get("VERL_PLATFORM") == "cpu"
 
 
+def check_cpu_rollout(config: DictConfig, report: Report) -> None:
+    """On the CPU platform only the CPU rollout stand-in can generate (SGLang has no CPU backend): a GPU profile
+    there would fail minutes later, inside Ray."""
+    if not on_cpu_platform():
+        return
+    from testkit.cpu_verl.rollout import ROLLOUT_NAME
+
+    name = config.actor_rollout_ref.rollout.name
+    if name != ROLLOUT_NAME:
+        report.error(f"VERL_PLATFORM=cpu (DEVICE=cpu, smoke_cpu.sh) runs the rollout {ROLLOUT_NAME} only, but "
+                     f"actor_rollout_ref.rollout.name={name}: use a CPU profile (PROFILE=cpu_smoke)")
+
+
 def check_gpus(config: DictConfig, report: Report, visible: int | None = None) -> None:
     if on_cpu_platform():
         return  # CPU ranks: Ray's logical GPUs, not devices to count
@@ -189,6 +202,7 @@ def run_all(config: DictConfig, launch: bool = False, submit: bool = False) -> R
     check_lora_with_sglang(config, report)
     check_rollout_concurrency(config, report)
     check_shared_outputs(config, report)
+    check_cpu_rollout(config, report)
     if launch and not on_cpu_platform():
         check_gpus(config, report)
         check_gpu_env(config, report)  # driver, locked versions, attention implementation

@@ -1,0 +1,10 @@
+# shellcheck shell=bash
+# Sourced, not run: the environment verl needs in every process of a run on testkit/cpu_verl's CPU stand-ins
+# (no GPU). Ray workers inherit the driver's environment. Used by scripts/smoke_cpu.sh and
+# `DEVICE=cpu bash scripts/eval_gsm8k.sh`; the profile (cpu_smoke, ...) selects the CPU rollout and engine.
+export VERL_USE_EXTERNAL_MODULES="testkit.cpu_verl.plugin${VERL_USE_EXTERNAL_MODULES:+,$VERL_USE_EXTERNAL_MODULES}"
+export VERL_PLATFORM=cpu      # the preflight then counts no GPUs: the ranks are Ray's logical GPUs
+export RAY_ADDRESS=local      # a fresh local Ray instance, never another cluster running on this machine
+export RAY_DEDUP_LOGS=0       # keep every replica's weight-checksum line (Ray folds lines that differ in numbers)
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}  # one thread per process: the ranks and servers share the cores
+export TOKENIZERS_PARALLELISM=false
