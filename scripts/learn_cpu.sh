@@ -58,9 +58,8 @@ evaluate() {  # model dir, data dir, tool set -> one JSON line in $WORK_DIR/scor
 field() { "$PYTHON" -c 'import json, sys; print(round(json.loads(sys.argv[1])[sys.argv[2]], 4))' "$1" "$2"; }
 SFT_SCORE=$(evaluate "$WORK_DIR/model_sft" "$WORK_DIR/data" calculator)
 
-# GRPO through the recipe's launcher; what the CPU stand-ins need in every process (as scripts/smoke_cpu.sh).
-export VERL_USE_EXTERNAL_MODULES="testkit.cpu_verl.plugin${VERL_USE_EXTERNAL_MODULES:+,$VERL_USE_EXTERNAL_MODULES}"
-export VERL_PLATFORM=cpu RAY_ADDRESS=local RAY_DEDUP_LOGS=0 OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+# GRPO through the recipe's launcher, on the CPU stand-ins (their environment: scripts/cpu_env.sh)
+source "$REPO_ROOT/scripts/cpu_env.sh"
 export WANDB_MODE=${WANDB_MODE:-offline} WANDB_ERROR_REPORTING=${WANDB_ERROR_REPORTING:-false}
 OUTPUT_DIR=$WORK_DIR/outputs
 mkdir -p "$OUTPUT_DIR/logs"
