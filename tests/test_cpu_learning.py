@@ -107,3 +107,32 @@ def test_evaluator_scores_the_agent_loops_rollouts_with_the_recipes_reward(small
     config = harness.compose_trainer_config("none", OVERRIDES)
     result = score_rollouts(config, tok, ScriptedLLM(tok, lambda p: [f"#### {truth[0]}"]), no_tools, "none", 0.0)
     assert result == {"n": 4, "acc": 0.25, "tool_call_rate": 0.0}
+
+
+def test_sft_learns_only_assistant_tokens(small, tmp_path):
+    """Labels are the assistant tokens (the agent loop's response_mask == 1), nothing of the prompt or tool turn;
+    and a few SFT steps on them lower the loss of the real model."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from recipes.cpu_learning.sft import batch_tensors
+
+    tok, rows = small
+    renderer = Renderer(tok, tool_schemas(get_tool_set("calculator").config_path))
+    examples = [renderer.render(row) for row in rows[:4]]
+    ids, attention, labels = batch_tensors(examples, tok.pad_token_id)
+    learned = tok.decode([t for t in labels[0].tolist() if t != -100])
+    call, final = scripted_turns(rows[0])
+    assert learned == call + "<|im_end|>" + final + "<|im_end|>"
+    assert int(attention[0].sum()) == len(examples[0][0])
+
+    model = AutoModelForCausalLM.from_pretrained(str(tok.name_or_path))
+    optim = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(8):
+        loss = model(input_ids=ids, attention_mask=attention, labels=labels).loss
+        optim.zero_grad()
+        loss.backward()
+        optim.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.8 * losses[0]
