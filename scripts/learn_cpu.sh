@@ -28,6 +28,7 @@ SFT_STEPS=${SFT_STEPS:-300}                 # the warm start's budget (batch SFT
 SFT_BATCH=${SFT_BATCH:-16}
 SFT_LR=${SFT_LR:-3e-3}
 GRPO_STEPS=${GRPO_STEPS:-40}                # 8 prompts x 8 rollouts each
+SFT_MODEL=${SFT_MODEL:-}                    # a model folder from an earlier SFT (same SEED/rows): skip the SFT
 EVAL_TEMPERATURE=${EVAL_TEMPERATURE:-1.0}   # 1.0: sampled, as rollouts are; 0: greedy
 THREADS=${THREADS:-2}
 # -----------------------------------------------------------------------------------------------------
@@ -43,12 +44,17 @@ rm -rf "$WORK_DIR" && mkdir -p "$WORK_DIR"
   --test_size "$TEST_ROWS" --seed "$SEED"
 "$PYTHON" data_prep/gsm8k.py --input_dir "$WORK_DIR/task" --local_save_dir "$WORK_DIR/data"
 "$PYTHON" data_prep/gsm8k.py --input_dir "$WORK_DIR/task" --local_save_dir "$WORK_DIR/data_notools" --tool_set none
-"$PYTHON" -m recipes.cpu_learning.small_model --data_dir "$WORK_DIR/data" --out_dir "$WORK_DIR/model_init" \
-  --seed "$SEED"
-log "SFT: $SFT_STEPS steps x $SFT_BATCH"
-"$PYTHON" -m recipes.cpu_learning.sft --model_dir "$WORK_DIR/model_init" --data_dir "$WORK_DIR/data" \
-  --out_dir "$WORK_DIR/model_sft" --steps "$SFT_STEPS" --batch_size "$SFT_BATCH" --lr "$SFT_LR" --seed "$SEED" \
-  --threads "$THREADS"
+if [ -n "$SFT_MODEL" ]; then
+  log "SFT: skipped, starting from $SFT_MODEL"
+  cp -r "$SFT_MODEL" "$WORK_DIR/model_sft"
+else
+  "$PYTHON" -m recipes.cpu_learning.small_model --data_dir "$WORK_DIR/data" --out_dir "$WORK_DIR/model_init" \
+    --seed "$SEED"
+  log "SFT: $SFT_STEPS steps x $SFT_BATCH"
+  "$PYTHON" -m recipes.cpu_learning.sft --model_dir "$WORK_DIR/model_init" --data_dir "$WORK_DIR/data" \
+    --out_dir "$WORK_DIR/model_sft" --steps "$SFT_STEPS" --batch_size "$SFT_BATCH" --lr "$SFT_LR" --seed "$SEED" \
+    --threads "$THREADS"
+fi
 
 evaluate() {  # model dir, data dir, tool set -> one JSON line in $WORK_DIR/scores.jsonl; prints it
   "$PYTHON" -m recipes.cpu_learning.evaluate --model_dir "$1" --data_dir "$2" --tool_set "$3" \
@@ -63,6 +69,7 @@ source "$REPO_ROOT/scripts/cpu_env.sh"
 export WANDB_MODE=${WANDB_MODE:-offline} WANDB_ERROR_REPORTING=${WANDB_ERROR_REPORTING:-false}
 OUTPUT_DIR=$WORK_DIR/outputs
 mkdir -p "$OUTPUT_DIR/logs"
+log "SFT start: $SFT_SCORE"
 log "GRPO: $GRPO_STEPS steps through scripts/run_gsm8k_grpo.sh (log $OUTPUT_DIR/logs/train.log)"
 PROFILE=cpu_learn MODEL_PATH="$WORK_DIR/model_sft" DATA_DIR="$WORK_DIR/data" OUTPUT_DIR="$OUTPUT_DIR" \
   EXPERIMENT_NAME=gsm8k_cpu_learn_seed$SEED CPU_ROLLOUT_EVENTS="$OUTPUT_DIR/logs/rollout_events.jsonl" \
