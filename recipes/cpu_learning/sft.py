@@ -69,7 +69,7 @@ def train(args) -> dict:
         batch, order = [examples[i] for i in order[: args.batch_size]], order[args.batch_size :]
         ids, attention, labels = batch_tensors(batch, tok.pad_token_id)
         for group in optim.param_groups:
-            group["lr"] = lr_at(step, args.steps, args.lr, args.warmup)
+            group["lr"] = lr_at(step, args.schedule_steps or args.steps, args.lr, args.warmup)
         loss = model(input_ids=ids, attention_mask=attention, labels=labels).loss
         optim.zero_grad(set_to_none=True)
         loss.backward()
@@ -102,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=600)
     p.add_argument("--batch_size", type=int, default=32)
     p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--schedule_steps", type=int, default=0,
+                   help="length of the cosine schedule (default --steps); longer stops before the decay ends")
     p.add_argument("--warmup", type=int, default=30)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=2)
