@@ -136,3 +136,13 @@ def test_sft_learns_only_assistant_tokens(small, tmp_path):
         optim.step()
         losses.append(loss.item())
     assert losses[-1] < 0.8 * losses[0]
+
+
+def test_flipped_reward_negates_only_the_score():
+    from recipes.constants import DATA_SOURCE
+    from recipes.reward import compute_score
+    from testkit.flipped_reward import compute_score as flipped
+
+    text = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "1 + 2"}}\n</tool_call>\n#### 3'
+    real, broken = compute_score(DATA_SOURCE, text, "3"), flipped(DATA_SOURCE, text, "3")
+    assert real["score"] == 1.0 and broken == {**real, "score": -1.0}
