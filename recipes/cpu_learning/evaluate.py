@@ -1,0 +1,112 @@
+"""Held-out accuracy and tool-call rate of a model folder, in-process, through verl's real ToolAgentLoop.
+
+The recipe's config, agent loop, tool-call parser, calculator and reward (recipes/reward.py, strict); the only
+stand-in is the LLM server: the model itself generating on the CPU with testkit.cpu_verl.generation, the token loop
+of the CPU rollout server. A small, fast stand-in for scripts/eval_gsm8k.sh's CPU path, used to choose the SFT
+budget and to score the learning run (TODO: switch the final scores to scripts/eval_gsm8k.sh once it runs on CPU).
+
+    python -m recipes.cpu_learning.evaluate --model_dir /tmp/m --data_dir /tmp/data --temperature 1.0
+    python -m recipes.cpu_learning.evaluate --model_dir /tmp/m --data_dir /tmp/data_notools --tool_set none
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from pathlib import Path
+
+# The sizes of config/profile/cpu_learn.yaml: the evaluation sees the limits training saw.
+OVERRIDES = ("data.max_prompt_length=256", "data.max_response_length=96",
+             "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=3")
+
+
+class ModelServer:
+    """What the agent loop calls as `server_manager.generate`: SGLang's length rule, stop at EOS/stop ids."""
+
+    def __init__(self, model, eos_id: int, prompt_length: int, response_length: int, seed: int):
+        import torch
+
+        self.model, self.eos_id = model, eos_id
+        self.prompt_length, self.response_length = prompt_length, response_length
+        self.generator = torch.Generator().manual_seed(seed)
+
+    async def generate(self, *, request_id: str, prompt_ids: list[int], sampling_params: dict, **_):
+        from verl.workers.rollout.replica import TokenOutput
+
+        from testkit.cpu_verl.generation import Sampling, generate
+
+        budget = min(self.response_length, self.prompt_length + self.response_length - len(prompt_ids))
+        stop = {self.eos_id, *(sampling_params.get("stop_token_ids") or [])}
+        out = generate(self.model, prompt_ids, budget, Sampling.from_params(sampling_params), stop, self.generator)
+        return TokenOutput(token_ids=out.token_ids, log_probs=out.log_probs, stop_reason=out.stop_reason)
+
+
+def evaluate(model_dir: Path, data_dir: Path, tool_set: str, temperature: float, limit: int | None,
+             seed: int = 0) -> dict:
+    import pyarrow.parquet as pq
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from testkit import agent_loop_harness as harness
+
+    torch.set_num_threads(1)
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    config = harness.compose_trainer_config(tool_set, OVERRIDES)
+    rollout = config.actor_rollout_ref.rollout
+    server = ModelServer(model, tok.eos_token_id, rollout.prompt_length, rollout.response_length, seed)
+    rows = pq.read_table(data_dir / "test.parquet").to_pylist()[:limit]
+    start = time.perf_counter()
+    result = score_rollouts(config, tok, server, rows, tool_set, temperature)
+    return {"model": str(model_dir), "tool_set": tool_set, "temperature": temperature, **result,
+            "wall_s": round(time.perf_counter() - start, 1)}
+
+
+def score_rollouts(config, tok, server, rows: list[dict], tool_set: str, temperature: float) -> dict:
+    """One rollout per row through verl's ToolAgentLoop, scored by the recipe's reward as verl's reward manager
+    scores it (the response decoded with special tokens skipped): strict accuracy and tool-call rate."""
+    from recipes.constants import DATA_SOURCE
+    from recipes.reward import compute_score
+    from testkit import agent_loop_harness as harness
+
+    tools = harness.load_tools(config) if tool_set != "none" else []
+    sampling = {**harness.SAMPLING_PARAMS, "temperature": temperature}
+
+    async def all_rows():
+        outputs = []
+        for row in rows:  # one at a time: the model generates one request at a time anyway
+            loop = harness.build_agent_loop(config, tok, server, tools)
+            extra = {**row["extra_info"], "tools_kwargs": row["extra_info"].get("tools_kwargs") or {}}
+            kwargs = harness.row_kwargs({**row, "extra_info": extra})  # tools-off rows carry no tools_kwargs
+            kwargs.pop("agent_name")
+            outputs.append(await loop.run(dict(sampling), **kwargs))
+        return outputs
+
+    correct = calls = 0
+    for row, output in zip(rows, asyncio.run(all_rows()), strict=True):
+        text = tok.decode(output.response_ids, skip_special_tokens=True)
+        score = compute_score(DATA_SOURCE, text, row["reward_model"]["ground_truth"], extra_info=row["extra_info"])
+        correct += score["acc_strict"]
+        calls += score["num_tool_calls"] > 0
+    return {"n": len(rows), "acc": correct / len(rows), "tool_call_rate": calls / len(rows)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model_dir", required=True, nargs="+")
+    p.add_argument("--data_dir", required=True, help="data_prep/gsm8k.py output (test.parquet) for --tool_set")
+    p.add_argument("--tool_set", default="calculator", choices=("calculator", "none"))
+    p.add_argument("--temperature", type=float, default=0.0, help="0: greedy (validation); 1.0: as rollouts sample")
+    p.add_argument("--limit", type=int, default=None, help="the first N test rows")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    for model_dir in args.model_dir:
+        result = evaluate(Path(model_dir), Path(args.data_dir), args.tool_set, args.temperature, args.limit, args.seed)
+        print("[evaluate] " + json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

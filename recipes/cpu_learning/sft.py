@@ -1,0 +1,117 @@
+"""SFT warm start for the CPU learning check: plain torch on transcripts rendered as verl's agent loop renders them
+(recipes/cpu_learning/transcripts.py), loss on assistant tokens only.
+
+    python -m recipes.cpu_learning.sft --model_dir /tmp/m0 --data_dir /tmp/data --out_dir /tmp/m_sft --steps 600
+
+Saves the model in fp32 with save_pretrained (and the tokenizer) into --out_dir; --save_every N also writes
+<out_dir>/step_<N> folders, to choose the SFT budget by evaluating each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import time
+from pathlib import Path
+
+
+def load_examples(model_dir: Path, data_dir: Path) -> tuple[object, list[tuple[list[int], list[int]]]]:
+    import pyarrow.parquet as pq
+    from transformers import AutoTokenizer
+
+    from recipes.cpu_learning.small_model import tool_schemas
+    from recipes.cpu_learning.transcripts import Renderer
+    from recipes.tool_sets import get_tool_set
+
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    renderer = Renderer(tok, tool_schemas(get_tool_set("calculator").config_path))
+    rows = pq.read_table(data_dir / "train.parquet").to_pylist()
+    return tok, [renderer.render(row) for row in rows]
+
+
+def batch_tensors(examples, pad_id: int):
+    import torch
+
+    width = max(len(ids) for ids, _ in examples)
+    ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
+    labels = torch.full((len(examples), width), -100, dtype=torch.long)
+    attention = torch.zeros((len(examples), width), dtype=torch.long)
+    for i, (tokens, mask) in enumerate(examples):
+        ids[i, : len(tokens)] = torch.tensor(tokens)
+        attention[i, : len(tokens)] = 1
+        labels[i, : len(tokens)] = torch.tensor([t if m else -100 for t, m in zip(tokens, mask, strict=True)])
+    return ids, attention, labels
+
+
+def lr_at(step: int, steps: int, peak: float, warmup: int) -> float:
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    return peak * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup)))
+
+
+def train(args) -> dict:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    rng = random.Random(args.seed)
+    tok, examples = load_examples(Path(args.model_dir), Path(args.data_dir))
+    model = AutoModelForCausalLM.from_pretrained(args.model_dir, torch_dtype=torch.float32)
+    model.train()
+    optim = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0, betas=(0.9, 0.98), foreach=True)
+    out = Path(args.out_dir)
+    start, order, loss_sum, tokens = time.perf_counter(), [], 0.0, 0
+    for step in range(args.steps):
+        if len(order) < args.batch_size:
+            order += rng.sample(range(len(examples)), len(examples))
+        batch, order = [examples[i] for i in order[: args.batch_size]], order[args.batch_size :]
+        ids, attention, labels = batch_tensors(batch, tok.pad_token_id)
+        for group in optim.param_groups:
+            group["lr"] = lr_at(step, args.schedule_steps or args.steps, args.lr, args.warmup)
+        loss = model(input_ids=ids, attention_mask=attention, labels=labels).loss
+        optim.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optim.step()
+        loss_sum, tokens = loss_sum + loss.item(), tokens + int(attention.sum())
+        if (step + 1) % args.log_every == 0:
+            print(f"[sft] step {step + 1}/{args.steps} loss {loss_sum / args.log_every:.4f} "
+                  f"{tokens / (time.perf_counter() - start):.0f} tok/s {time.perf_counter() - start:.0f} s", flush=True)
+            loss_sum = 0.0
+        if args.save_every and (step + 1) % args.save_every == 0 and step + 1 < args.steps:
+            save(model, tok, out / f"step_{step + 1}")
+    save(model, tok, out)
+    wall = time.perf_counter() - start
+    print(f"[sft] {args.steps} steps x {args.batch_size} in {wall:.0f} s -> {out}", flush=True)
+    return {"steps": args.steps, "wall_s": wall}
+
+
+def save(model, tok, folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(folder), safe_serialization=True)
+    tok.save_pretrained(str(folder))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model_dir", required=True, help="the random model from recipes.cpu_learning.small_model")
+    p.add_argument("--data_dir", required=True, help="data_prep/gsm8k.py output (train.parquet, calculator set)")
+    p.add_argument("--out_dir", required=True)
+    p.add_argument("--steps", type=int, default=600)
+    p.add_argument("--batch_size", type=int, default=32)
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--schedule_steps", type=int, default=0,
+                   help="length of the cosine schedule (default --steps); longer stops before the decay ends")
+    p.add_argument("--warmup", type=int, default=30)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--log_every", type=int, default=50)
+    p.add_argument("--save_every", type=int, default=0)
+    train(p.parse_args(argv))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

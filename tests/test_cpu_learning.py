@@ -1,0 +1,148 @@
+"""The CPU learning check's pieces (recipes/cpu_learning): the synthetic task goes through the recipe's data prep,
+and an SFT transcript is, token for token, what verl's real ToolAgentLoop holds after the same conversation (the
+recipe's config, tool and parser; only the LLM server is scripted, testkit.scripted_llm)."""
+
+import asyncio
+import json
+
+import pytest
+
+from data_prep.gsm8k import main as data_prep_main
+from data_prep.gsm8k_rows import SourceRecord, build_row
+from recipes.cpu_learning import task
+from recipes.cpu_learning.small_model import build_from_rows, tool_schemas
+from recipes.cpu_learning.transcripts import Renderer, scripted_turns
+from recipes.tool_sets import get_tool_set
+from testkit import agent_loop_harness as harness
+from testkit.scripted_llm import ScriptedLLM
+
+
+def rows_of(problems, split="train"):
+    tool_set = get_tool_set("calculator")
+    return [build_row(SourceRecord(p.record()["question"], p.record()["answer"], "synthetic", i), split, tool_set)
+            for i, p in enumerate(problems)]
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    from transformers import AutoTokenizer
+
+    splits = task.make_splits(train_size=60, test_size=6, seed=3)
+    folder = tmp_path_factory.mktemp("model") / "m"
+    build_from_rows(rows_of(splits["train"]), folder, seed=0)
+    return AutoTokenizer.from_pretrained(str(folder)), rows_of(splits["test"], "test")
+
+
+def test_task_is_deterministic_disjoint_and_goes_through_data_prep(tmp_path):
+    a, b = task.make_splits(200, 50, seed=7), task.make_splits(200, 50, seed=7)
+    assert a == b and a != task.make_splits(200, 50, seed=8)
+    assert not {p.question for p in a["train"]} & {p.question for p in a["test"]}
+    for problem in a["test"]:
+        assert eval(problem.expression) == problem.answer  # noqa: S307  test-only check of our own strings
+    assert task.main(["--out_dir", str(tmp_path / "raw"), "--train_size", "20", "--test_size", "5"]) == 0
+    assert data_prep_main(["--input_dir", str(tmp_path / "raw"), "--local_save_dir", str(tmp_path / "data")]) == 0
+    import pyarrow.parquet as pq
+
+    rows = pq.read_table(tmp_path / "data" / "test.parquet").to_pylist()
+    first = json.loads((tmp_path / "raw" / "test.jsonl").read_text().splitlines()[0])
+    assert len(rows) == 5 and rows[0]["reward_model"]["ground_truth"] == first["answer"].rsplit("#### ", 1)[1]
+
+
+def test_tokenizer_digits_markers_and_short_prompt(small):
+    tok, rows = small
+    assert [tok.decode([i]) for i in tok.encode("9081", add_special_tokens=False)] == ["9", "0", "8", "1"]
+    for marker in ("<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"):
+        assert len(tok.encode(marker, add_special_tokens=False)) == 1, marker
+    # the reward reads tool calls and responses from text decoded with special tokens skipped: they must stay
+    text = '<tool_call>\n{"x": 1}\n</tool_call><|im_end|>'
+    assert tok.decode(tok.encode(text, add_special_tokens=False), skip_special_tokens=True) == text[:-10]
+    ids, mask = Renderer(tok, tool_schemas(get_tool_set("calculator").config_path)).render(rows[0])
+    assert len(ids) < 160 and 0 < sum(mask) < len(ids)
+
+
+def test_sft_transcript_equals_the_agent_loops_tokens(small):
+    tok, rows = small
+    config = harness.compose_trainer_config("calculator")
+    tools = harness.load_tools(config)
+    renderer = Renderer(tok, tool_schemas(get_tool_set("calculator").config_path))
+    for row in rows[:3]:
+        turns = list(scripted_turns(row))
+        server = ScriptedLLM(tok, lambda prompt, turns=turns: turns)
+
+        async def go(row=row, server=server):
+            return await harness.run_rollout(config, tok, server, tools, row)
+
+        output = asyncio.run(go())
+        ids, mask = renderer.render(row)
+        assert output.prompt_ids == ids[: len(output.prompt_ids)]
+        assert output.prompt_ids + output.response_ids == ids
+        assert [0] * len(output.prompt_ids) + list(output.response_mask) == mask
+        text = tok.decode(output.response_ids)
+        assert f"<tool_response>\n{row['reward_model']['ground_truth']}\n</tool_response>" in text  # the real tool ran
+
+
+def test_evaluator_scores_the_agent_loops_rollouts_with_the_recipes_reward(small):
+    """Scripted turns of known quality in, accuracy and tool-call rate out (tools on and tools off)."""
+    from recipes.cpu_learning.evaluate import OVERRIDES, score_rollouts
+
+    tok, rows = small
+    rows = rows[:4]
+    truth = [r["reward_model"]["ground_truth"] for r in rows]
+    scripts = {  # by question: right with the tool, right with it, wrong with it, right without it
+        rows[0]["extra_info"]["question"]: list(scripted_turns(rows[0])),
+        rows[1]["extra_info"]["question"]: list(scripted_turns(rows[1])),
+        rows[2]["extra_info"]["question"]: [scripted_turns(rows[2])[0], f"#### {int(truth[2]) + 1}"],
+        rows[3]["extra_info"]["question"]: [f"#### {truth[3]}"],
+    }
+
+    def script_for(prompt):
+        return next(turns for question, turns in scripts.items() if question in prompt)
+
+    config = harness.compose_trainer_config("calculator", OVERRIDES)
+    result = score_rollouts(config, tok, ScriptedLLM(tok, script_for), rows, "calculator", 1.0)
+    assert result == {"n": 4, "acc": 0.75, "tool_call_rate": 0.75}
+
+    no_tools = [build_row(SourceRecord(r["extra_info"]["question"], r["extra_info"]["answer"], "t", i), "test",
+                          get_tool_set("none")) for i, r in enumerate(rows)]
+    config = harness.compose_trainer_config("none", OVERRIDES)
+    result = score_rollouts(config, tok, ScriptedLLM(tok, lambda p: [f"#### {truth[0]}"]), no_tools, "none", 0.0)
+    assert result == {"n": 4, "acc": 0.25, "tool_call_rate": 0.0}
+
+
+def test_sft_learns_only_assistant_tokens(small, tmp_path):
+    """Labels are the assistant tokens (the agent loop's response_mask == 1), nothing of the prompt or tool turn;
+    and a few SFT steps on them lower the loss of the real model."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from recipes.cpu_learning.sft import batch_tensors
+
+    tok, rows = small
+    renderer = Renderer(tok, tool_schemas(get_tool_set("calculator").config_path))
+    examples = [renderer.render(row) for row in rows[:4]]
+    ids, attention, labels = batch_tensors(examples, tok.pad_token_id)
+    learned = tok.decode([t for t in labels[0].tolist() if t != -100])
+    call, final = scripted_turns(rows[0])
+    assert learned == call + "<|im_end|>" + final + "<|im_end|>"
+    assert int(attention[0].sum()) == len(examples[0][0])
+
+    model = AutoModelForCausalLM.from_pretrained(str(tok.name_or_path))
+    optim = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(8):
+        loss = model(input_ids=ids, attention_mask=attention, labels=labels).loss
+        optim.zero_grad()
+        loss.backward()
+        optim.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.8 * losses[0]
+
+
+def test_flipped_reward_negates_only_the_score():
+    from recipes.constants import DATA_SOURCE
+    from recipes.reward import compute_score
+    from testkit.flipped_reward import compute_score as flipped
+
+    text = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "1 + 2"}}\n</tool_call>\n#### 3'
+    real, broken = compute_score(DATA_SOURCE, text, "3"), flipped(DATA_SOURCE, text, "3")
+    assert real["score"] == 1.0 and broken == {**real, "score": -1.0}
