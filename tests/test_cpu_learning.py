@@ -10,7 +10,7 @@ import pytest
 from data_prep.gsm8k import main as data_prep_main
 from data_prep.gsm8k_rows import SourceRecord, build_row
 from recipes.cpu_learning import task
-from recipes.cpu_learning.small_model import build_from_rows, tool_schemas
+from recipes.cpu_learning.small_model import build_from_rows
 from recipes.cpu_learning.transcripts import Renderer, scripted_turns
 from recipes.tool_sets import get_tool_set
 from testkit import agent_loop_harness as harness
@@ -56,7 +56,7 @@ def test_tokenizer_digits_markers_and_short_prompt(small):
     # the reward reads tool calls and responses from text decoded with special tokens skipped: they must stay
     text = '<tool_call>\n{"x": 1}\n</tool_call><|im_end|>'
     assert tok.decode(tok.encode(text, add_special_tokens=False), skip_special_tokens=True) == text[:-10]
-    ids, mask = Renderer(tok, tool_schemas(get_tool_set("calculator").config_path)).render(rows[0])
+    ids, mask = Renderer(tok, get_tool_set("calculator").chat_schemas()).render(rows[0])
     assert len(ids) < 160 and 0 < sum(mask) < len(ids)
 
 
@@ -64,7 +64,7 @@ def test_sft_transcript_equals_the_agent_loops_tokens(small):
     tok, rows = small
     config = harness.compose_trainer_config("calculator")
     tools = harness.load_tools(config)
-    renderer = Renderer(tok, tool_schemas(get_tool_set("calculator").config_path))
+    renderer = Renderer(tok, get_tool_set("calculator").chat_schemas())
     for row in rows[:3]:
         turns = list(scripted_turns(row))
         server = ScriptedLLM(tok, lambda prompt, turns=turns: turns)
@@ -118,7 +118,7 @@ def test_sft_learns_only_assistant_tokens(small, tmp_path):
     from recipes.cpu_learning.sft import batch_tensors
 
     tok, rows = small
-    renderer = Renderer(tok, tool_schemas(get_tool_set("calculator").config_path))
+    renderer = Renderer(tok, get_tool_set("calculator").chat_schemas())
     examples = [renderer.render(row) for row in rows[:4]]
     ids, attention, labels = batch_tensors(examples, tok.pad_token_id)
     learned = tok.decode([t for t in labels[0].tolist() if t != -100])

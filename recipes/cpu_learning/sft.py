@@ -20,12 +20,11 @@ def load_examples(model_dir: Path, data_dir: Path) -> tuple[object, list[tuple[l
     import pyarrow.parquet as pq
     from transformers import AutoTokenizer
 
-    from recipes.cpu_learning.small_model import tool_schemas
     from recipes.cpu_learning.transcripts import Renderer
     from recipes.tool_sets import get_tool_set
 
     tok = AutoTokenizer.from_pretrained(str(model_dir))
-    renderer = Renderer(tok, tool_schemas(get_tool_set("calculator").config_path))
+    renderer = Renderer(tok, get_tool_set("calculator").chat_schemas())
     rows = pq.read_table(data_dir / "train.parquet").to_pylist()
     return tok, [renderer.render(row) for row in rows]
 

@@ -96,7 +96,7 @@ def build_from_rows(rows: list[dict], out_dir: Path, seed: int) -> int:
 
     from recipes.tool_sets import TOOL_SETS, get_tool_set
 
-    schemas = tool_schemas(get_tool_set("calculator").config_path)
+    schemas = get_tool_set("calculator").chat_schemas()
     renderer = _wrap(build_tokenizer([], []))  # the chat template alone, to render prompts as text
 
     def render(messages, tools):
@@ -124,12 +124,6 @@ def answer_turns(row: dict) -> str:
 
     call, final = scripted_turns(row)
     return f"{call}<|im_end|>\n<|im_start|>user\n<tool_response>\n0\n</tool_response><|im_end|>\n{final}<|im_end|>"
-
-
-def tool_schemas(tool_config: Path) -> list[dict]:
-    import yaml
-
-    return [t["tool_schema"] for t in yaml.safe_load(tool_config.read_text())["tools"]]
 
 
 def main(argv: list[str] | None = None) -> int:
