@@ -100,9 +100,12 @@ def test_stopping_training_stops_main_ppo_then_the_relay_sends_everything(prepar
     with loopback_wandb() as wandb:
         env = launch_env(tmp_path, DATA_DIR=str(prepared_data_dir), STAND_IN_TRAIN_FOREVER="1",
                          STAND_IN_LAST_STEP_CALLS=str(LAST_STEP_CALLS), **wandb.env)
+        # SIGINT at its default, as in a terminal: a launcher that starts with it ignored (inherited, e.g. from a
+        # test worker whose SIGINT some earlier test left ignored) cannot trap it, and Ctrl-C would do nothing
         launcher = subprocess.Popen(["bash", str(REPO_ROOT / "scripts" / "run_gsm8k_grpo.sh")], env=env,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
+                                    stdin=subprocess.DEVNULL, start_new_session=True,
+                                    preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         try:
             received = wandb.wait_for_calls(CALLS, timeout_s=240)
             assert len(received) == CALLS, launcher.poll() or "the relay did not deliver"
