@@ -1,9 +1,10 @@
 """Held-out accuracy and tool-call rate of a model folder, in-process, through verl's real ToolAgentLoop.
 
 The recipe's config, agent loop, tool-call parser, calculator and reward (recipes/reward.py, strict); the only
-stand-in is the LLM server: the model itself generating on the CPU with testkit.cpu_verl.generation, the token loop
-of the CPU rollout server. A small, fast stand-in for scripts/eval_gsm8k.sh's CPU path, used to choose the SFT
-budget and to score the learning run (TODO: switch the final scores to scripts/eval_gsm8k.sh once it runs on CPU).
+stand-in is the LLM server: the CPU rollout server the training run uses (testkit.cpu_verl.server), without
+steering, so every token is the model's. A small, fast stand-in for scripts/eval_gsm8k.sh's CPU path, used to
+choose the SFT budget and to score the learning run (TODO: switch the final scores to `DEVICE=cpu
+scripts/eval_gsm8k.sh`, which now runs on CPU).
 
     python -m recipes.cpu_learning.evaluate --model_dir /tmp/m --data_dir /tmp/data --temperature 1.0
     python -m recipes.cpu_learning.evaluate --model_dir /tmp/m --data_dir /tmp/data_notools --tool_set none
@@ -22,44 +23,25 @@ OVERRIDES = ("data.max_prompt_length=256", "data.max_response_length=96",
              "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=3")
 
 
-class ModelServer:
-    """What the agent loop calls as `server_manager.generate`: SGLang's length rule, stop at EOS/stop ids."""
-
-    def __init__(self, model, eos_id: int, prompt_length: int, response_length: int, seed: int):
-        import torch
-
-        self.model, self.eos_id = model, eos_id
-        self.prompt_length, self.response_length = prompt_length, response_length
-        self.generator = torch.Generator().manual_seed(seed)
-
-    async def generate(self, *, request_id: str, prompt_ids: list[int], sampling_params: dict, **_):
-        from verl.workers.rollout.replica import TokenOutput
-
-        from testkit.cpu_verl.generation import Sampling, generate
-
-        budget = min(self.response_length, self.prompt_length + self.response_length - len(prompt_ids))
-        stop = {self.eos_id, *(sampling_params.get("stop_token_ids") or [])}
-        out = generate(self.model, prompt_ids, budget, Sampling.from_params(sampling_params), stop, self.generator)
-        return TokenOutput(token_ids=out.token_ids, log_probs=out.log_probs, stop_reason=out.stop_reason)
-
-
 def evaluate(model_dir: Path, data_dir: Path, tool_set: str, temperature: float, limit: int | None,
              seed: int = 0) -> dict:
     import pyarrow.parquet as pq
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from verl.workers.config import RolloutConfig
 
     from testkit import agent_loop_harness as harness
+    from testkit.cpu_verl import ROLLOUT_NAME
+    from testkit.cpu_verl.server import CpuRolloutServer
 
-    torch.set_num_threads(1)
-    tok = AutoTokenizer.from_pretrained(str(model_dir))
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
     config = harness.compose_trainer_config(tool_set, OVERRIDES)
     rollout = config.actor_rollout_ref.rollout
-    server = ModelServer(model, tok.eos_token_id, rollout.prompt_length, rollout.response_length, seed)
+    # the training run's own rollout server (no steering): SGLang's length rule, the model's EOS and stop ids
+    server = CpuRolloutServer(
+        config=RolloutConfig(name=ROLLOUT_NAME, prompt_length=rollout.prompt_length,
+                             response_length=rollout.response_length, load_format="auto", seed=seed),
+        model_config={"path": str(model_dir), "override_config": {"attn_implementation": "sdpa"}}, replica_rank=0)
     rows = pq.read_table(data_dir / "test.parquet").to_pylist()[:limit]
     start = time.perf_counter()
-    result = score_rollouts(config, tok, server, rows, tool_set, temperature)
+    result = score_rollouts(config, server.tokenizer, server, rows, tool_set, temperature)
     return {"model": str(model_dir), "tool_set": tool_set, "temperature": temperature, **result,
             "wall_s": round(time.perf_counter() - start, 1)}
 
