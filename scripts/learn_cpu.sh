@@ -11,8 +11,9 @@
 #   SFT_STEPS=20 GRPO_STEPS=2 TEST_ROWS=16 bash scripts/learn_cpu.sh   # a quick pass through every stage
 #   SFT_MODEL=/tmp/gsm8k_cpu_learn/model_sft bash scripts/learn_cpu.sh  # GRPO again from an earlier warm start
 #
-# Scores come from recipes/cpu_learning/evaluate.py: verl's real ToolAgentLoop with the recipe's config, tool,
-# parser and reward, the model generating in-process (TODO: scripts/eval_gsm8k.sh once it has a CPU path).
+# Scores come from the user's path: scripts/export_checkpoint.py, then `DEVICE=cpu PROFILE=cpu_learn
+# scripts/eval_gsm8k.sh` (a validation-only run of the launcher, scored by scripts/eval_summary.py), tools on and off;
+# their logs and summaries are under $WORK_DIR/eval/.
 # Last line: RESULT sft_acc=<a> final_acc=<b> tools_off_acc=<c> tool_call_rate=<d> wall_s=<s>
 # (held-out strict accuracies at EVAL_TEMPERATURE, the final checkpoint's tools-off accuracy and tool-call rate).
 set -euo pipefail
@@ -25,8 +26,9 @@ WORK_DIR=${WORK_DIR:-/tmp/gsm8k_cpu_learn}  # task, data, models, outputs: clear
 SEED=${SEED:-0}                             # task, model init, SFT order, rollouts
 TRAIN_ROWS=${TRAIN_ROWS:-4000}
 TEST_ROWS=${TEST_ROWS:-256}                 # held-out problems scored before and after
-SFT_STEPS=${SFT_STEPS:-800}                 # the warm start's budget (batch SFT_BATCH): sets where GRPO starts
-SFT_SCHEDULE_STEPS=${SFT_SCHEDULE_STEPS:-1500}  # cosine length: 800 of 1500 gave 18% sampled accuracy (seed 0)
+SFT_STEPS=${SFT_STEPS:-2600}                # the warm start's budget (batch SFT_BATCH), cosine over all of it
+SFT_TOOL_ONLY_STEPS=${SFT_TOOL_ONLY_STEPS:-2000}  # first on tool transcripts only: the model learns to copy
+SFT_TOOL_FRACTION=${SFT_TOOL_FRACTION:-0.5} # then half the transcripts skip the tool: GRPO must learn it pays
 SFT_BATCH=${SFT_BATCH:-16}
 SFT_LR=${SFT_LR:-3e-3}
 GRPO_STEPS=${GRPO_STEPS:-100}               # 8 prompts x 8 rollouts each; ~7 s a step on 2 cores
@@ -55,20 +57,28 @@ else
   log "SFT: $SFT_STEPS steps x $SFT_BATCH"
   "$PYTHON" -m recipes.cpu_learning.sft --model_dir "$WORK_DIR/model_init" --data_dir "$WORK_DIR/data" \
     --out_dir "$WORK_DIR/model_sft" --steps "$SFT_STEPS" --batch_size "$SFT_BATCH" --lr "$SFT_LR" --seed "$SEED" \
-    --schedule_steps "$SFT_SCHEDULE_STEPS" --threads "$THREADS"
+    --tool_only_steps "$SFT_TOOL_ONLY_STEPS" --tool_fraction "$SFT_TOOL_FRACTION" --threads "$THREADS"
 fi
 
-evaluate() {  # model dir, data dir, tool set -> one JSON line in $WORK_DIR/scores.jsonl; prints it
-  "$PYTHON" -m recipes.cpu_learning.evaluate --model_dir "$1" --data_dir "$2" --tool_set "$3" \
-    --temperature "$EVAL_TEMPERATURE" --seed "$SEED" | grep '^\[evaluate\]' | sed 's/^\[evaluate\] //' \
-    | tee -a "$WORK_DIR/scores.jsonl"
+evaluate() {  # name, model dir, data dir, tool set: the user's CPU eval path; prints its summary.json
+  local out=$WORK_DIR/eval/$1
+  DEVICE=cpu PROFILE=cpu_learn MODEL_PATH="$2" DATA_DIR="$3" TOOL_SET="$4" OUTPUT_DIR="$out" \
+    VAL_TEMPERATURE="$EVAL_TEMPERATURE" EXPERIMENT_NAME="gsm8k_cpu_learn_seed${SEED}_$1" \
+    bash scripts/eval_gsm8k.sh "actor_rollout_ref.rollout.seed=$SEED" >"$out.log" 2>&1 \
+    || { tail -n 30 "$out.log" >&2; log "evaluation $1 failed (log above)"; exit 1; }
+  "$PYTHON" -c 'import json, sys; s = json.load(open(sys.argv[1])); print(json.dumps({"eval": sys.argv[2], **s}))' \
+    "$out/validation/summary.json" "$1" | tee -a "$WORK_DIR/scores.jsonl"
 }
 field() { "$PYTHON" -c 'import json, sys; print(round(json.loads(sys.argv[1])[sys.argv[2]], 4))' "$1" "$2"; }
-SFT_SCORE=$(evaluate "$WORK_DIR/model_sft" "$WORK_DIR/data" calculator)
 
-# GRPO through the recipe's launcher, on the CPU stand-ins (their environment: scripts/cpu_env.sh)
+# the CPU stand-ins' environment (scripts/cpu_env.sh), for GRPO and its evaluations
 source "$REPO_ROOT/scripts/cpu_env.sh"
 export WANDB_MODE=${WANDB_MODE:-offline} WANDB_ERROR_REPORTING=${WANDB_ERROR_REPORTING:-false}
+mkdir -p "$WORK_DIR/eval"
+log "evaluating the SFT start (scripts/eval_gsm8k.sh, DEVICE=cpu)"
+SFT_SCORE=$(evaluate sft "$WORK_DIR/model_sft" "$WORK_DIR/data" calculator)
+
+# GRPO through the recipe's launcher
 OUTPUT_DIR=$WORK_DIR/outputs
 mkdir -p "$OUTPUT_DIR/logs"
 log "SFT start: $SFT_SCORE"
@@ -80,10 +90,11 @@ PROFILE=cpu_learn MODEL_PATH="$WORK_DIR/model_sft" DATA_DIR="$WORK_DIR/data" OUT
   || { tail -n 30 "$OUTPUT_DIR/logs/train.log" >&2; log "GRPO failed (log above)"; exit 1; }
 
 "$PYTHON" scripts/export_checkpoint.py "$OUTPUT_DIR/checkpoints" --target_dir "$WORK_DIR/model_final" --force
-FINAL_SCORE=$(evaluate "$WORK_DIR/model_final" "$WORK_DIR/data" calculator)
-OFF_SCORE=$(evaluate "$WORK_DIR/model_final" "$WORK_DIR/data_notools" none)
+log "evaluating the final model, tools on and tools off"
+FINAL_SCORE=$(evaluate final "$WORK_DIR/model_final" "$WORK_DIR/data" calculator)
+OFF_SCORE=$(evaluate final_tools_off "$WORK_DIR/model_final" "$WORK_DIR/data_notools" none)
 "$PYTHON" scripts/rollout_report.py --rollout_dir "$OUTPUT_DIR/rollouts" --validation_dir "$OUTPUT_DIR/validation" \
   --out "$OUTPUT_DIR/report" || log "rollout report failed (see above); the scores stand"
-echo "RESULT sft_acc=$(field "$SFT_SCORE" acc) final_acc=$(field "$FINAL_SCORE" acc)" \
-     "tools_off_acc=$(field "$OFF_SCORE" acc) tool_call_rate=$(field "$FINAL_SCORE" tool_call_rate)" \
+echo "RESULT sft_acc=$(field "$SFT_SCORE" strict_acc) final_acc=$(field "$FINAL_SCORE" strict_acc)" \
+     "tools_off_acc=$(field "$OFF_SCORE" strict_acc) tool_call_rate=$(field "$FINAL_SCORE" tool_call_rate)" \
      "wall_s=$((SECONDS - START))"

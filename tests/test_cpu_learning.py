@@ -60,25 +60,31 @@ def test_tokenizer_digits_markers_and_short_prompt(small):
     assert len(ids) < 160 and 0 < sum(mask) < len(ids)
 
 
-def test_sft_transcript_equals_the_agent_loops_tokens(small):
+@pytest.mark.parametrize("use_tool", [True, False], ids=["calls_the_tool", "answers_straight_away"])
+def test_sft_transcript_equals_the_agent_loops_tokens(small, use_tool):
     tok, rows = small
     config = harness.compose_trainer_config("calculator")
     tools = harness.load_tools(config)
     renderer = Renderer(tok, get_tool_set("calculator").chat_schemas())
     for row in rows[:3]:
-        turns = list(scripted_turns(row))
+        call, final = scripted_turns(row)
+        turns = [call, final] if use_tool else [final]
         server = ScriptedLLM(tok, lambda prompt, turns=turns: turns)
 
         async def go(row=row, server=server):
             return await harness.run_rollout(config, tok, server, tools, row)
 
         output = asyncio.run(go())
-        ids, mask = renderer.render(row)
+        ids, mask = renderer.render(row, use_tool=use_tool)
         assert output.prompt_ids == ids[: len(output.prompt_ids)]
         assert output.prompt_ids + output.response_ids == ids
         assert [0] * len(output.prompt_ids) + list(output.response_mask) == mask
         text = tok.decode(output.response_ids)
-        assert f"<tool_response>\n{row['reward_model']['ground_truth']}\n</tool_response>" in text  # the real tool ran
+        truth = row["reward_model"]["ground_truth"]
+        if use_tool:
+            assert f"<tool_response>\n{truth}\n</tool_response>" in text  # the real tool ran
+        else:
+            assert "<tool_response>" not in text and text.startswith(f"#### {truth}")
 
 
 def test_evaluator_scores_the_agent_loops_rollouts_with_the_recipes_reward(small):
@@ -136,6 +142,25 @@ def test_sft_learns_only_assistant_tokens(small, tmp_path):
         optim.step()
         losses.append(loss.item())
     assert losses[-1] < 0.8 * losses[0]
+
+
+def test_sft_mixes_tool_and_direct_transcripts_at_the_asked_share(small):
+    import random
+
+    from recipes.cpu_learning.sft import pick_transcripts
+
+    tok, rows = small
+    renderer = Renderer(tok, get_tool_set("calculator").chat_schemas())
+    pairs = [(renderer.render(row), renderer.render(row, use_tool=False)) for row in rows] * 300
+    call_id = tok.convert_tokens_to_ids("<tool_call>")
+
+    def tool_share(fraction):
+        picked = pick_transcripts(pairs, fraction, random.Random(0))
+        calls = [any(t == call_id and m for t, m in zip(ids, mask, strict=True)) for ids, mask in picked]  # learned
+        return sum(calls) / len(calls)
+
+    assert tool_share(1.0) == 1.0 and tool_share(0.0) == 0.0
+    assert abs(tool_share(0.5) - 0.5) < 0.03 and abs(tool_share(0.25) - 0.25) < 0.03
 
 
 def test_flipped_reward_negates_only_the_score():

@@ -1,5 +1,7 @@
 """SFT warm start for the CPU learning check: plain torch on transcripts rendered as verl's agent loop renders them
-(recipes/cpu_learning/transcripts.py), loss on assistant tokens only.
+(recipes/cpu_learning/transcripts.py), loss on assistant tokens only. Each transcript drawn calls the calculator
+with probability --tool_fraction and otherwise answers straight away, so the warm start uses the tool only some of
+the time: whether calling it pays is left for GRPO to learn.
 
     python -m recipes.cpu_learning.sft --model_dir /tmp/m0 --data_dir /tmp/data --out_dir /tmp/m_sft --steps 600
 
@@ -16,7 +18,11 @@ import time
 from pathlib import Path
 
 
-def load_examples(model_dir: Path, data_dir: Path) -> tuple[object, list[tuple[list[int], list[int]]]]:
+Example = tuple[list[int], list[int]]  # input ids, loss mask
+
+
+def load_examples(model_dir: Path, data_dir: Path) -> tuple[object, list[tuple[Example, Example]]]:
+    """The tokenizer, and per train row its (with the tool, without it) transcripts."""
     import pyarrow.parquet as pq
     from transformers import AutoTokenizer
 
@@ -26,7 +32,12 @@ def load_examples(model_dir: Path, data_dir: Path) -> tuple[object, list[tuple[l
     tok = AutoTokenizer.from_pretrained(str(model_dir))
     renderer = Renderer(tok, get_tool_set("calculator").chat_schemas())
     rows = pq.read_table(data_dir / "train.parquet").to_pylist()
-    return tok, [renderer.render(row) for row in rows]
+    return tok, [(renderer.render(row), renderer.render(row, use_tool=False)) for row in rows]
+
+
+def pick_transcripts(pairs: list[tuple[Example, Example]], tool_fraction: float, rng: random.Random) -> list[Example]:
+    """Per (with the tool, without it) pair, the tool transcript with probability tool_fraction."""
+    return [with_tool if rng.random() < tool_fraction else without for with_tool, without in pairs]
 
 
 def batch_tensors(examples, pad_id: int):
@@ -65,7 +76,9 @@ def train(args) -> dict:
     for step in range(args.steps):
         if len(order) < args.batch_size:
             order += rng.sample(range(len(examples)), len(examples))
-        batch, order = [examples[i] for i in order[: args.batch_size]], order[args.batch_size :]
+        fraction = 1.0 if step < args.tool_only_steps else args.tool_fraction
+        batch = pick_transcripts([examples[i] for i in order[: args.batch_size]], fraction, rng)
+        order = order[args.batch_size :]
         ids, attention, labels = batch_tensors(batch, tok.pad_token_id)
         for group in optim.param_groups:
             group["lr"] = lr_at(step, args.schedule_steps or args.steps, args.lr, args.warmup)
@@ -104,11 +117,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--schedule_steps", type=int, default=0,
                    help="length of the cosine schedule (default --steps); longer stops before the decay ends")
     p.add_argument("--warmup", type=int, default=30)
+    p.add_argument("--tool_fraction", type=float, default=1.0,
+                   help="share of transcripts that call the calculator (the rest answer straight away)")
+    p.add_argument("--tool_only_steps", type=int, default=0,
+                   help="steps on tool transcripts only, before --tool_fraction applies: the model learns to copy "
+                        "the tool's result first (with direct answers mixed in from the start it did not)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--log_every", type=int, default=50)
     p.add_argument("--save_every", type=int, default=0)
-    train(p.parse_args(argv))
+    args = p.parse_args(argv)
+    if not 0.0 <= args.tool_fraction <= 1.0:
+        p.error(f"--tool_fraction must be in [0, 1], not {args.tool_fraction}")
+    train(args)
     return 0
 
 

@@ -1,6 +1,7 @@
 """SFT transcripts rendered as verl's ToolAgentLoop renders a rollout, token for token.
 
-One problem, two assistant turns: a calculator call, then the answer after the tool's result. The ids are what the
+With the tool, one problem has two assistant turns: a calculator call, then the answer after the tool's result;
+without it, one turn: the answer straight away (what a model that skips the tool writes). The ids are what the
 agent loop would hold after the same conversation: the prompt (chat template with the tool schemas, generation
 prompt), each assistant turn as generated tokens ending in <|im_end|>, and each tool response as the agent loop
 appends it (a "\\n" closing the assistant turn, then the tool message rendered by the template, then the next
@@ -52,13 +53,17 @@ class Renderer:
         text = f"\n<|im_start|>user\n<tool_response>\n{result}\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
         return self.tok.encode(text, add_special_tokens=False)
 
-    def render(self, row: dict) -> tuple[list[int], list[int]]:
-        """(input ids, loss mask) of the whole conversation: prompt, call, tool response, answer."""
+    def render(self, row: dict, use_tool: bool = True) -> tuple[list[int], list[int]]:
+        """(input ids, loss mask) of the whole conversation: prompt, call, tool response, answer; or, without the
+        tool, prompt and answer."""
         expression = expression_of(row)
         result = calculate(expression)
         prompt = self.prompt_ids(list(row["prompt"]))
-        pieces = [(prompt, 0), (self.assistant_ids(call_text(expression)), 1), (self.tool_ids(result), 0),
-                  (self.assistant_ids(final_text(result)), 1)]
+        if use_tool:
+            pieces = [(prompt, 0), (self.assistant_ids(call_text(expression)), 1), (self.tool_ids(result), 0),
+                      (self.assistant_ids(final_text(result)), 1)]
+        else:
+            pieces = [(prompt, 0), (self.assistant_ids(final_text(result)), 1)]
         ids, mask = [], []
         for piece, m in pieces:
             ids += piece
