@@ -127,7 +127,10 @@ def count_tool_calls(model_text: str, offered: Collection[str] = KNOWN_TOOLS) ->
         except json.JSONDecodeError:
             bad += 1
             continue
-        ok = isinstance(call, dict) and call.get("name") in offered and isinstance(call.get("arguments"), dict)
+        # a name that is not a string (a model can write an object there) is malformed, never a crash: the
+        # reward runs on every rollout and an exception here ends the whole run
+        ok = (isinstance(call, dict) and isinstance(call.get("name"), str) and call["name"] in offered
+              and isinstance(call.get("arguments"), dict))
         good, bad = (good + 1, bad) if ok else (good, bad + 1)
     return good, bad
 

@@ -67,6 +67,9 @@ def test_tool_call_bonus_is_off_by_default_and_paid_once():
         ('{"name": "calculator", "arguments": "1+1"}', (0, 1)),
         ('{"name": "python", "arguments": {}}', (0, 1)),
         ('{"name": "calculator", "arguments": {', (0, 1)),
+        ('{"name": {"name": "calculator"}, "arguments": {}}', (0, 1)),  # unhashable: crashed a tools-off eval
+        ('{"name": ["calculator"], "arguments": {}}', (0, 1)),
+        ('["calculator", {}]', (0, 1)),
     ],
 )
 def test_only_well_formed_calls_count(body, expected):
