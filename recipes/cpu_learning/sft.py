@@ -17,7 +17,6 @@ import random
 import time
 from pathlib import Path
 
-
 Example = tuple[list[int], list[int]]  # input ids, loss mask
 
 
