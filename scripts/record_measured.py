@@ -4,6 +4,8 @@
     python scripts/bench_ci.py | python scripts/record_measured.py              # CI time on a fresh clone
     echo 'RESULT smoke_cpu_ram_gb=11.5' | python scripts/record_measured.py     # a figure measured by hand
     echo 'RESULT new_figure=3.2' | python scripts/record_measured.py --how "..." --target "..."   # a new row
+    echo 'RESULT figure=4.1' | python scripts/record_measured.py --how "..."     # re-measured another way
+    python scripts/record_measured.py --drop old_figure                         # a figure nothing measures now
     python scripts/record_measured.py --check                                   # the page is as this script writes it
 
 Reads `RESULT name=value [name=value ...]` lines (the last line of every scripts/bench_*.py) from stdin, echoes
@@ -109,7 +111,12 @@ def record(figures: list[Figure], results: dict[str, str], recorded: str, how: s
     new = [name for name in results if name not in known]
     if new and not how:
         raise PageError(f"no row for {', '.join(new)} in docs/measured.md: pass --how (and --target) to add it")
-    updated = [replace(f, value=results[f.name], recorded=recorded) if f.name in results else f for f in figures]
+    # --how (and --target) given with known figures: they were re-measured another way, and say so
+    changes = {"how": how} if how else {}
+    if target:
+        changes["target"] = target
+    updated = [replace(f, value=results[f.name], recorded=recorded, **changes) if f.name in results else f
+               for f in figures]
     return updated + [Figure(name, results[name], target or "—", how, recorded) for name in new]
 
 
@@ -122,8 +129,11 @@ def write_atomic(path: Path, text: str) -> None:
 def main(argv: list[str] | None = None, stdin=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--page", type=Path, default=PAGE, help="the measured page (default: %(default)s)")
-    p.add_argument("--how", help="for a new figure: the command that measures it and on what")
-    p.add_argument("--target", help="for a new figure: its target, e.g. '≤ 5 ms'")
+    p.add_argument("--how", help="the command that measures the figures and on what (needed for a new figure; "
+                                 "for a known one it replaces the old text)")
+    p.add_argument("--target", help="the figures' target, e.g. '≤ 5 ms'")
+    p.add_argument("--drop", action="append", default=[], metavar="NAME",
+                   help="remove a figure's row (one that nothing measures any more); repeatable")
     p.add_argument("--machine", help="what it ran on (default: this machine's CPU core count)")
     p.add_argument("--check", action="store_true", help="only check the page is exactly as this script writes it")
     args = p.parse_args(argv)
@@ -134,6 +144,14 @@ def main(argv: list[str] | None = None, stdin=None) -> int:
                 print(f"{args.page} differs from what scripts/record_measured.py writes: re-record, do not edit it",
                       file=sys.stderr)
                 return 1
+            return 0
+        if args.drop:
+            unknown = sorted(set(args.drop) - {f.name for f in figures})
+            if unknown:
+                raise PageError(f"no row for {', '.join(unknown)} to drop")
+            figures = [f for f in figures if f.name not in args.drop]
+            write_atomic(args.page, render(figures))
+            print(f"record_measured: dropped {', '.join(args.drop)} -> {args.page}", file=sys.stderr)
             return 0
         lines = list(stdin if stdin is not None else sys.stdin)
         sys.stdout.writelines(lines)

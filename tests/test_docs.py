@@ -143,3 +143,19 @@ def test_recording_an_unknown_figure_needs_how_it_was_measured(measured, tmp_pat
                          stdin=["RESULT brand_new_ms=1.5\n"]) == 0
     added = measured.read_page(page)[-1]
     assert (added.name, added.value, added.target) == ("brand_new_ms", "1.5", "≤ 2 ms")
+
+
+def test_rerecording_another_way_replaces_how_and_drop_removes_a_row(measured, tmp_path):
+    page = tmp_path / "measured.md"
+    shutil.copy(measured.PAGE, page)
+    before = measured.read_page(page)
+    name, other = before[0].name, before[1].name
+    assert measured.main(["--page", str(page), "--how", "by hand: a new way"], stdin=[f"RESULT {name}=9.9\n"]) == 0
+    after = {f.name: f for f in measured.read_page(page)}
+    assert (after[name].value, after[name].how, after[name].target) == ("9.9", "by hand: a new way", before[0].target)
+
+    assert measured.main(["--page", str(page), "--drop", "no_such_figure"]) == 1
+    assert measured.main(["--page", str(page), "--drop", other]) == 0
+    names = [f.name for f in measured.read_page(page)]
+    assert other not in names and len(names) == len(before) - 1
+    assert measured.main(["--page", str(page), "--check"]) == 0

@@ -277,3 +277,26 @@ def test_the_console_says_once_where_the_traces_are_and_prints_no_link_per_call(
         links = [line for line in launch.log.splitlines() if "🍩" in line or "/r/call/" in line]
         assert not links, f"{len(links)} per-call weave links, e.g. {links[0]}"
         assert sum(line.startswith("[traces] Weave traces") for line in launch.log.splitlines()) == 1, launch.log
+
+
+def test_the_exported_final_checkpoint_scores_through_the_cpu_eval_path(smoke, tmp_path):
+    """The user's path after training, on CPU: scripts/export_checkpoint.py, then `DEVICE=cpu
+    scripts/eval_gsm8k.sh` (a validation-only launch) and its summary. The eval never steers: the random model
+    writes no tool call itself, so a steered eval would show calls on about half its answers."""
+    model = tmp_path / "hf"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_NOT_PASSED_ON)}
+    env.update(PYTHON=sys.executable, WANDB_ERROR_REPORTING="false", HF_HUB_OFFLINE="1")
+    export = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "export_checkpoint.py"),
+                             str(smoke.output / "checkpoints"), "--target_dir", str(model)],
+                            env={**env, "PYTHONPATH": str(REPO_ROOT)}, capture_output=True, text=True, timeout=300)
+    assert export.returncode == 0, export.stdout + export.stderr
+    env.update(DEVICE="cpu", MODEL_PATH=str(model), DATA_DIR=str(smoke.output.parent / "data"),
+               OUTPUT_DIR=str(tmp_path / "eval"))
+    proc = subprocess.run(["bash", str(REPO_ROOT / "scripts" / "eval_gsm8k.sh")], env=env, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                          timeout=600, start_new_session=True)
+    assert proc.returncode == 0, proc.stdout[-6000:]
+    summary = json.loads((tmp_path / "eval" / "validation" / "summary.json").read_text())
+    assert summary["answers"] == VAL_PROMPTS and summary["step"] == 0, summary
+    assert summary["tool_call_rate"] == 0, f"the eval steered: {summary}"
+    assert re.search(r"^RESULT strict_acc=\S+ flexible_acc=\S+ tool_calls_per_answer=\S+$", proc.stdout, re.M)

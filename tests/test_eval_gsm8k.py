@@ -114,6 +114,8 @@ def test_cpu_eval_runs_on_the_cpu_stand_ins_without_steering(prepared_data_dir):
     steer = [c for c in command if "steer_every" in c]
     assert steer[-1].endswith("=0"), "no later override turns steering back on"
     assert "eval_summary.py --validation_dir" in proc.stdout
+    hardware = next(line for line in proc.stdout.splitlines() if line.startswith("#   hardware"))
+    assert "CPU rank(s)" in hardware and "GPU(s)" not in hardware, hardware
 
 
 def test_cpu_eval_launch_passes_the_gpu_checks(prepared_data_dir):

@@ -2,9 +2,10 @@
 
 The recipe's config, agent loop, tool-call parser, calculator and reward (recipes/reward.py, strict); the only
 stand-in is the LLM server: the CPU rollout server the training run uses (testkit.cpu_verl.server), without
-steering, so every token is the model's. A small, fast stand-in for scripts/eval_gsm8k.sh's CPU path, used to
-choose the SFT budget and to score the learning run (TODO: switch the final scores to `DEVICE=cpu
-scripts/eval_gsm8k.sh`, which now runs on CPU).
+steering, so every token is the model's. A fast in-process scorer (seconds, no Ray) for choosing the SFT budget
+among `sft.py --save_every` checkpoints; scripts/learn_cpu.sh scores its runs through the user's path instead
+(`DEVICE=cpu scripts/eval_gsm8k.sh`). On one SFT start and the same 256 rows the two agreed within sampling
+noise: 0.406 there, 0.391 here, tool-call rate 0.492 in both.
 
     python -m recipes.cpu_learning.evaluate --model_dir /tmp/m --data_dir /tmp/data --temperature 1.0
     python -m recipes.cpu_learning.evaluate --model_dir /tmp/m --data_dir /tmp/data_notools --tool_set none

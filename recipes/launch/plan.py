@@ -9,6 +9,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from recipes.preflight.checks import on_cpu_platform
+
 # Said once per launch: verl logs "Legacy trainer ... deprecated" at start, and the recipe chooses it on purpose.
 LEGACY_TRAINER_NOTE = (
     "legacy (trainer.use_v1=false), on purpose: verl 0.9.1's V1 trainer never traces agent-loop rollouts, and "
@@ -41,7 +43,9 @@ def _hardware(config: DictConfig) -> str:
     nodes, gpus = _get(config, "trainer.nnodes"), _get(config, "trainer.n_gpus_per_node")
     tp = _get(config, "actor_rollout_ref.rollout.tensor_model_parallel_size")
     engines = nodes * gpus // tp
-    return (f"{nodes} node(s) x {gpus} GPU(s); rollout {_get(config, 'actor_rollout_ref.rollout.name')}, "
+    # on the CPU platform n_gpus_per_node counts CPU ranks (Ray's logical GPUs): say so, not "GPU(s)"
+    ranks = "CPU rank(s) on testkit/cpu_verl's stand-ins, no GPU" if on_cpu_platform() else "GPU(s)"
+    return (f"{nodes} node(s) x {gpus} {ranks}; rollout {_get(config, 'actor_rollout_ref.rollout.name')}, "
             f"TP {tp}: {engines} engine(s) of up to {_get(config, 'actor_rollout_ref.rollout.max_num_seqs')} sequences")
 
 
