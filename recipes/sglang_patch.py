@@ -18,6 +18,17 @@ from pathlib import Path
 
 PATCH = Path(__file__).resolve().parents[1] / "requirements" / "patches" / "sglang-0.5.12-activation.patch"
 PATCHED_VERSION = "0.5.12"
+HEADER = Path("jit_kernel/csrc/elementwise/activation.cuh")  # the patched file, in the sglang package folder
+PATCHED_MARKER = "kernel_fn_t"  # a name only the patched header has: what the launch preflight looks for
+
+
+def header_is_patched(sglang_dir: Path) -> bool | None:
+    """Whether sglang_dir's activation header carries the patch (without the `patch` tool, which a launch node
+    may lack); None when there is no such header."""
+    header = Path(sglang_dir) / HEADER
+    if not header.is_file():
+        return None
+    return PATCHED_MARKER in header.read_text(errors="replace")
 
 
 class PatchError(Exception):

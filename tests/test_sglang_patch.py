@@ -10,7 +10,7 @@ import pytest
 from recipes import sglang_patch
 
 pytestmark = pytest.mark.skipif(shutil.which("patch") is None, reason="needs the patch tool")
-HEADER = "sglang/jit_kernel/csrc/elementwise/activation.cuh"
+HEADER = "sglang" / sglang_patch.HEADER
 
 
 def _unpatched_hunks() -> str:
@@ -39,8 +39,9 @@ def _site(tmp_path, version):
 
 
 def test_the_patch_is_applied_once_and_recognised_after(site_dir):
-    assert "kernel_fn_t" not in (site_dir / HEADER).read_text()
+    assert sglang_patch.header_is_patched(site_dir / "sglang") is False
     assert sglang_patch.apply(site_dir) == "applied"
+    assert sglang_patch.header_is_patched(site_dir / "sglang") is True  # what the launch preflight checks
     patched = (site_dir / HEADER).read_text()
     assert "using kernel_fn_t = decltype(&act_and_mul_kernel" in patched
     assert "-> decltype(activation_kernel<ActivationKind::kSiLU" not in patched

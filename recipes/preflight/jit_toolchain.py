@@ -15,12 +15,13 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
+from recipes.sglang_patch import HEADER, header_is_patched
+
 # torch 2.11.0 and sglang-kernel in the lock are CUDA 13.0 builds; the lock's nvidia-cuda-nvcc is 13.0.
 CUDA_MAJOR = 13
 # SGLang's JIT compiles with -std=c++20 (gcc >= 10); nvcc 13.0's crt/host_config.h refuses gcc > 15.
 GCC_RANGE = (10, 15)
 INSTALL = "bash scripts/install_gpu_env.sh"
-ACTIVATION_HEADER = Path("jit_kernel/csrc/elementwise/activation.cuh")  # in sglang/; recipes/sglang_patch.py
 FIRST_USE = ("the first rollout compiles what is missing (FlashInfer's attention: about 3-4 min on 16 cores, "
              f"9-10 min on 2 idle ones); `{INSTALL} --warm-kernels` compiles them ahead")
 
@@ -71,11 +72,11 @@ def host_compiler_line(environ: Mapping[str, str], sglang_dir: Path | None = Non
         return False, f"host compiler: g++ not found on PATH; {want}: apt-get install g++ (or dnf install gcc-c++)"
     if not low <= int(version.split(".")[0]) <= high:
         return False, f"host compiler: {gxx} is gcc {version}; {want}: install one and put it first on PATH"
-    header = sglang_dir / ACTIVATION_HEADER if sglang_dir else None
-    if header and header.is_file() and "kernel_fn_t" not in header.read_text(errors="replace"):
-        return False, (f"host compiler: gcc {version}, but {header} is unpatched and does not compile with nvcc "
-                       f"{CUDA_MAJOR}.0 (sgl-project/sglang#25487): rerun {INSTALL}, which patches it")
-    patched = "; SGLang's activation kernel patched" if header and header.is_file() else ""
+    patched = header_is_patched(sglang_dir) if sglang_dir else None
+    if patched is False:
+        return False, (f"host compiler: gcc {version}, but {sglang_dir / HEADER} is unpatched and does not compile "
+                       f"with nvcc {CUDA_MAJOR}.0 (sgl-project/sglang#25487): rerun {INSTALL}, which patches it")
+    patched = "; SGLang's activation kernel patched" if patched else ""
     return True, f"host compiler: {gxx} gcc {version} ({want}{patched})"
 
 
