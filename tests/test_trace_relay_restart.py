@@ -127,3 +127,37 @@ def test_a_relay_killed_mid_run_is_restarted_on_its_address_and_loses_nothing(re
     restart = next(line for line in summary.splitlines() if "trace relay supervisor:" in line)
     assert f"the relay (pid {killed}) was killed by SIGKILL" in restart and f"restarting it on {relay.url}" in restart
     assert relay.process.returncode == 0 and summary.splitlines()[-1].endswith(", 0 pending"), summary
+
+
+@pytest.fixture
+def fake_relay(tmp_path, monkeypatch):
+    """supervise() starts `sys.executable -m recipes.trace_relay serve ...`: here a stand-in interpreter that
+    records each start and exits with $FAKE_RELAY_EXIT at once (a relay that dies as soon as it starts). The
+    supervisor's signal handlers are put back after the test."""
+    starts = tmp_path / "starts"
+    fake = tmp_path / "python"
+    fake.write_text(f'#!/bin/sh\necho "$@" >> {starts}\nexit "$FAKE_RELAY_EXIT"\n')
+    fake.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(fake))
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    yield starts
+    for sig, handler in saved.items():
+        signal.signal(sig, handler)
+
+
+@pytest.mark.parametrize("exit_status, starts_expected, status_expected", [
+    (1, 3, 1),  # dies each time: started, restarted twice (max_restarts=2), then given up with exit 1
+    (2, 1, 2),  # "could not start" (no credentials, spool in use): a restart would fail alike, so none
+])
+def test_a_relay_that_keeps_dying_is_given_up_after_max_restarts(fake_relay, monkeypatch, exit_status,
+                                                                 starts_expected, status_expected):
+    from recipes.trace_relay.supervisor import supervise
+
+    monkeypatch.setenv("FAKE_RELAY_EXIT", str(exit_status))
+    started = time.monotonic()
+    status = supervise(["--spool", "/nonexistent"], "127.0.0.1", 0, max_restarts=2, first_delay_s=0.05)
+    assert status == status_expected
+    starts = fake_relay.read_text().splitlines()
+    assert len(starts) == starts_expected, starts
+    assert all(s.startswith("-m recipes.trace_relay serve --spool /nonexistent --listen-fd ") for s in starts)
+    assert time.monotonic() - started < 10  # backoff 0.05 then 0.1 s, not the defaults
