@@ -95,6 +95,9 @@ FINAL_SCORE=$(evaluate final "$WORK_DIR/model_final" "$WORK_DIR/data" calculator
 OFF_SCORE=$(evaluate final_tools_off "$WORK_DIR/model_final" "$WORK_DIR/data_notools" none)
 "$PYTHON" scripts/rollout_report.py --rollout_dir "$OUTPUT_DIR/rollouts" --validation_dir "$OUTPUT_DIR/validation" \
   --out "$OUTPUT_DIR/report" || log "rollout report failed (see above); the scores stand"
+"$PYTHON" -m recipes.cpu_learning.bar --sft "$WORK_DIR/eval/sft/validation/summary.json" \
+  --final "$WORK_DIR/eval/final/validation/summary.json" \
+  --tools_off "$WORK_DIR/eval/final_tools_off/validation/summary.json" >&2
 echo "RESULT sft_acc=$(field "$SFT_SCORE" strict_acc) final_acc=$(field "$FINAL_SCORE" strict_acc)" \
      "tools_off_acc=$(field "$OFF_SCORE" strict_acc) tool_call_rate=$(field "$FINAL_SCORE" tool_call_rate)" \
      "wall_s=$((SECONDS - START))"

@@ -171,3 +171,19 @@ def test_flipped_reward_negates_only_the_score():
     text = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "1 + 2"}}\n</tool_call>\n#### 3'
     real, broken = compute_score(DATA_SOURCE, text, "3"), flipped(DATA_SOURCE, text, "3")
     assert real["score"] == 1.0 and broken == {**real, "score": -1.0}
+
+
+@pytest.mark.parametrize("scores, failed", [
+    ((0.37, 0.76, 0.0, 0.99), []),  # seed 0's run
+    ((0.37, 0.55, 0.0, 0.99), ["after GRPO"]),  # +18 points only
+    ((0.016, 0.30, 0.0, 1.0), ["SFT start"]),  # a start below the gate: +28 points, but not a fair test
+    ((0.37, 0.76, 0.60, 0.70), ["tool-call rate", "tools on"]),
+])
+def test_the_bar_names_each_criterion_it_fails(scores, failed):
+    from recipes.cpu_learning.bar import judge
+
+    verdicts = judge(*scores)
+    assert len(verdicts) == 4
+    failed_texts = [text for ok, text in verdicts if not ok]
+    assert len(failed_texts) == len(failed), failed_texts
+    assert all(text.startswith(prefix) for text, prefix in zip(failed_texts, failed, strict=True)), failed_texts
