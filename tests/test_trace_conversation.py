@@ -24,14 +24,13 @@ TURNS = [tool_call(CALCULATOR, expression="48/2"), "48 + 24 = 72 clips.\n#### 72
 
 
 @pytest.fixture(scope="module")
-def received(repo_root):
+def received():
     """Every call W&B received for one traced trajectory, and the row it ran."""
     from verl.utils.rollout_trace import RolloutTraceConfig, rollout_trace_attr
     from weave.trace.context import weave_client_context
 
     tok = load_qwen25_tokenizer()
-    config = harness.compose_trainer_config("calculator", (
-        f"reward.custom_reward_function.path={repo_root}/recipes/reward.py",))
+    config = harness.compose_trainer_config("calculator")
     tools = harness.load_tools(config)
     row = build_row(SourceRecord(QUESTION, "#### 72", "t", 0), "train", get_tool_set("calculator"))
     row["prompt"] = np.array(row["prompt"], dtype=object)  # as verl's batch hands raw_prompt to the loop

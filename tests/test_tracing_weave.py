@@ -33,12 +33,11 @@ UNTRACED = {(2, 0)}
 
 
 @pytest.fixture(scope="module")
-def traced_run(repo_root):
+def traced_run():
     from verl.utils.rollout_trace import RolloutTraceConfig, rollout_trace_attr
 
     tok = load_qwen25_tokenizer()
-    config = harness.compose_trainer_config("calculator", (
-        f"reward.custom_reward_function.path={repo_root}/recipes/reward.py",))
+    config = harness.compose_trainer_config("calculator")
     tools = harness.load_tools(config)
     RolloutTraceConfig.reset()
     server, client = install_memory_weave_client(PROJECT)
