@@ -14,8 +14,9 @@
 # Scores come from the user's path: scripts/export_checkpoint.py, then `DEVICE=cpu PROFILE=cpu_learn
 # scripts/eval_gsm8k.sh` (a validation-only run of the launcher, scored by scripts/eval_summary.py), tools on and off;
 # their logs and summaries are under $WORK_DIR/eval/.
-# Last line: RESULT sft_acc=<a> final_acc=<b> tools_off_acc=<c> tool_call_rate=<d> wall_s=<s>
-# (held-out strict accuracies at EVAL_TEMPERATURE, the final checkpoint's tools-off accuracy and tool-call rate).
+# Last line: RESULT sft_acc=<a> final_acc=<b> tools_off_acc=<c> tool_call_rate=<d> wall_s=<s> sft_attempts=<n>
+# (held-out strict accuracies at EVAL_TEMPERATURE, the final checkpoint's tools-off accuracy and tool-call rate;
+# sft_attempts: inits tried until the SFT converged, 0 with SFT_MODEL).
 set -euo pipefail
 
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -31,6 +32,8 @@ SFT_TOOL_ONLY_STEPS=${SFT_TOOL_ONLY_STEPS:-2000}  # first on tool transcripts on
 SFT_TOOL_FRACTION=${SFT_TOOL_FRACTION:-0.5} # then half the transcripts skip the tool: GRPO must learn it pays
 SFT_BATCH=${SFT_BATCH:-16}
 SFT_LR=${SFT_LR:-3e-3}
+SFT_CONVERGED_LOSS=${SFT_CONVERGED_LOSS:-0.03}  # the tool-only phase must end below it, or the SFT restarts ...
+SFT_ATTEMPTS=${SFT_ATTEMPTS:-3}             # ... from a new init (seed SEED+1000*attempt), this many tries in all
 GRPO_STEPS=${GRPO_STEPS:-60}                # 8 prompts x 8 rollouts each
 SFT_MODEL=${SFT_MODEL:-}                    # a model folder from an earlier SFT (same SEED/rows): skip the SFT
 EVAL_TEMPERATURE=${EVAL_TEMPERATURE:-1.0}   # 1.0: sampled, as rollouts are; 0: greedy
@@ -52,12 +55,29 @@ if [ -n "$SFT_MODEL" ]; then
   log "SFT: skipped, starting from $SFT_MODEL"
   cp -r "$SFT_MODEL" "$WORK_DIR/model_sft"
 else
-  "$PYTHON" -m recipes.cpu_learning.small_model --data_dir "$WORK_DIR/data" --out_dir "$WORK_DIR/model_init" \
-    --seed "$SEED"
-  log "SFT: $SFT_STEPS steps x $SFT_BATCH"
-  "$PYTHON" -m recipes.cpu_learning.sft --model_dir "$WORK_DIR/model_init" --data_dir "$WORK_DIR/data" \
-    --out_dir "$WORK_DIR/model_sft" --steps "$SFT_STEPS" --batch_size "$SFT_BATCH" --lr "$SFT_LR" --seed "$SEED" \
-    --tool_only_steps "$SFT_TOOL_ONLY_STEPS" --tool_fraction "$SFT_TOOL_FRACTION" --threads "$THREADS"
+  # a warm start stuck before it copies the tool's result (a loss plateau, seen on 2 of 4 seeds) does not get
+  # unstuck with more steps; a fresh init does. Each attempt is logged; the RESULT line counts them.
+  for ((attempt = 0; ; attempt++)); do
+    if ((attempt >= SFT_ATTEMPTS)); then
+      log "error: the SFT did not converge in $SFT_ATTEMPTS attempts (tool-only loss above $SFT_CONVERGED_LOSS);" \
+          "raise SFT_TOOL_ONLY_STEPS or SFT_ATTEMPTS, or try another SEED"
+      exit 1
+    fi
+    INIT_SEED=$((SEED + 1000 * attempt))
+    rm -rf "$WORK_DIR/model_init" "$WORK_DIR/model_sft"
+    "$PYTHON" -m recipes.cpu_learning.small_model --data_dir "$WORK_DIR/data" --out_dir "$WORK_DIR/model_init" \
+      --seed "$INIT_SEED"
+    log "SFT attempt $((attempt + 1))/$SFT_ATTEMPTS (init seed $INIT_SEED): $SFT_STEPS steps x $SFT_BATCH"
+    rc=0
+    "$PYTHON" -m recipes.cpu_learning.sft --model_dir "$WORK_DIR/model_init" --data_dir "$WORK_DIR/data" \
+      --out_dir "$WORK_DIR/model_sft" --steps "$SFT_STEPS" --batch_size "$SFT_BATCH" --lr "$SFT_LR" \
+      --seed "$INIT_SEED" --tool_only_steps "$SFT_TOOL_ONLY_STEPS" --tool_fraction "$SFT_TOOL_FRACTION" \
+      --converged_loss "$SFT_CONVERGED_LOSS" --threads "$THREADS" || rc=$?
+    ((rc == 0)) && break
+    ((rc == 3)) || { log "SFT failed (exit $rc)"; exit "$rc"; }   # 3: recipes.cpu_learning.sft.NOT_CONVERGED
+    log "SFT attempt $((attempt + 1)) stuck: restarting from a new init"
+  done
+  SFT_ATTEMPTS_USED=$((attempt + 1))
 fi
 
 evaluate() {  # name, model dir, data dir, tool set: the user's CPU eval path; prints its summary.json
@@ -100,4 +120,4 @@ OFF_SCORE=$(evaluate final_tools_off "$WORK_DIR/model_final" "$WORK_DIR/data_not
   --tools_off "$WORK_DIR/eval/final_tools_off/validation/summary.json" >&2
 echo "RESULT sft_acc=$(field "$SFT_SCORE" strict_acc) final_acc=$(field "$FINAL_SCORE" strict_acc)" \
      "tools_off_acc=$(field "$OFF_SCORE" strict_acc) tool_call_rate=$(field "$FINAL_SCORE" tool_call_rate)" \
-     "wall_s=$((SECONDS - START))"
+     "wall_s=$((SECONDS - START)) sft_attempts=${SFT_ATTEMPTS_USED:-0}"

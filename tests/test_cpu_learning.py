@@ -187,3 +187,24 @@ def test_the_bar_names_each_criterion_it_fails(scores, failed):
     failed_texts = [text for ok, text in verdicts if not ok]
     assert len(failed_texts) == len(failed), failed_texts
     assert all(text.startswith(prefix) for text, prefix in zip(failed_texts, failed, strict=True)), failed_texts
+
+
+def test_sft_stops_and_saves_nothing_when_the_tool_only_phase_has_not_converged(small, tmp_path):
+    """learn_cpu.sh restarts a stuck warm start from a new init on exit NOT_CONVERGED; a converged one is saved."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from recipes.cpu_learning import sft
+
+    tok, rows = small
+    (tmp_path / "data").mkdir()
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "data" / "train.parquet")
+    common = ["--model_dir", str(tok.name_or_path), "--data_dir", str(tmp_path / "data"), "--steps", "3",
+              "--tool_only_steps", "2", "--batch_size", "2", "--threads", "1"]
+    # a random model's loss is far above 1e-6 after two steps, and far below 1e6
+    assert sft.main([*common, "--out_dir", str(tmp_path / "stuck"), "--converged_loss", "1e-6"]) == sft.NOT_CONVERGED
+    assert not (tmp_path / "stuck").exists()
+    assert sft.main([*common, "--out_dir", str(tmp_path / "ok"), "--converged_loss", "1e6"]) == 0
+    assert (tmp_path / "ok" / "model.safetensors").exists()
+    with pytest.raises(SystemExit):  # the check needs a tool-only phase to judge
+        sft.main([*common[:-6], "--out_dir", str(tmp_path / "x"), "--converged_loss", "0.1"])

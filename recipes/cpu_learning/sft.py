@@ -6,7 +6,10 @@ the time: whether calling it pays is left for GRPO to learn.
     python -m recipes.cpu_learning.sft --model_dir /tmp/m0 --data_dir /tmp/data --out_dir /tmp/m_sft --steps 600
 
 Saves the model in fp32 with save_pretrained (and the tokenizer) into --out_dir; --save_every N also writes
-<out_dir>/step_<N> folders, to choose the SFT budget by evaluating each.
+<out_dir>/step_<N> folders, to choose the SFT budget by evaluating each. With --converged_loss X it stops at the end
+of the tool-only phase, saves nothing and exits NOT_CONVERGED (3) when the phase's last --log_every steps averaged a
+loss above X: a start that has not learned to copy the tool's result leaves GRPO nothing to reinforce, and a fresh
+init does better than more steps (scripts/learn_cpu.sh restarts).
 """
 
 from __future__ import annotations
@@ -15,9 +18,11 @@ import argparse
 import math
 import random
 import time
+from collections import deque
 from pathlib import Path
 
 Example = tuple[list[int], list[int]]  # input ids, loss mask
+NOT_CONVERGED = 3  # exit status: the tool-only phase ended above --converged_loss
 
 
 def load_examples(model_dir: Path, data_dir: Path) -> tuple[object, list[tuple[Example, Example]]]:
@@ -72,6 +77,7 @@ def train(args) -> dict:
     optim = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0, betas=(0.9, 0.98), foreach=True)
     out = Path(args.out_dir)
     start, order, loss_sum, tokens = time.perf_counter(), [], 0.0, 0
+    recent = deque(maxlen=args.log_every)  # the last losses, for the convergence check
     for step in range(args.steps):
         if len(order) < args.batch_size:
             order += rng.sample(range(len(examples)), len(examples))
@@ -87,6 +93,15 @@ def train(args) -> dict:
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optim.step()
         loss_sum, tokens = loss_sum + loss.item(), tokens + int(attention.sum())
+        recent.append(loss.item())
+        if args.converged_loss and step + 1 == args.tool_only_steps:
+            phase_loss = sum(recent) / len(recent)
+            verdict = "converged" if phase_loss <= args.converged_loss else "NOT converged"
+            print(f"[sft] tool-only phase: {verdict}, loss {phase_loss:.4f} over its last {len(recent)} steps "
+                  f"(limit {args.converged_loss})", flush=True)
+            if phase_loss > args.converged_loss:
+                return {"steps": step + 1, "wall_s": time.perf_counter() - start, "converged": False,
+                        "phase_loss": phase_loss}
         if (step + 1) % args.log_every == 0:
             print(f"[sft] step {step + 1}/{args.steps} loss {loss_sum / args.log_every:.4f} "
                   f"{tokens / (time.perf_counter() - start):.0f} tok/s {time.perf_counter() - start:.0f} s", flush=True)
@@ -96,7 +111,7 @@ def train(args) -> dict:
     save(model, tok, out)
     wall = time.perf_counter() - start
     print(f"[sft] {args.steps} steps x {args.batch_size} in {wall:.0f} s -> {out}", flush=True)
-    return {"steps": args.steps, "wall_s": wall}
+    return {"steps": args.steps, "wall_s": wall, "converged": True}
 
 
 def save(model, tok, folder: Path) -> None:
@@ -121,6 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tool_only_steps", type=int, default=0,
                    help="steps on tool transcripts only, before --tool_fraction applies: the model learns to copy "
                         "the tool's result first (with direct answers mixed in from the start it did not)")
+    p.add_argument("--converged_loss", type=float, default=0.0,
+                   help="exit NOT_CONVERGED (3), saving nothing, if the tool-only phase ends above this mean loss "
+                        "(0: no check)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--log_every", type=int, default=50)
@@ -128,8 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if not 0.0 <= args.tool_fraction <= 1.0:
         p.error(f"--tool_fraction must be in [0, 1], not {args.tool_fraction}")
-    train(args)
-    return 0
+    if args.converged_loss and not 0 < args.tool_only_steps <= args.steps:
+        p.error("--converged_loss judges the tool-only phase: give --tool_only_steps in 1..--steps")
+    return 0 if train(args)["converged"] else NOT_CONVERGED
 
 
 if __name__ == "__main__":
