@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The CPU learning check (issue 19): does the recipe's GRPO turn reward into better tool use? On a 2-core machine
 # with no GPU and no hub: a synthetic one-step arithmetic task in GSM8K's format (recipes/cpu_learning/task.py)
-# prepared by the recipe's data prep; a small tokenizer and a ~0.4M-parameter Qwen2 built offline; an SFT warm
+# prepared by the recipe's data prep; a small tokenizer and a ~0.46M-parameter Qwen2 built offline; an SFT warm
 # start on transcripts rendered as verl's agent loop renders them; then GRPO through the recipe's own launcher
 # (scripts/run_gsm8k_grpo.sh, PROFILE=cpu_learn: no steering, every token the model's) with the recipe's
 # calculator, reward and agent loop; the final checkpoint exported and scored tools on and tools off.
