@@ -2,9 +2,10 @@
 
     python scripts/bench_ci.py [--runs 1] | python scripts/record_measured.py
 
-Each run clones HEAD into a temporary folder (committed files only, no .venv: what CI sees), runs .ci/run there
-and times it from its output: install (until pytest's session header), pytest, and inside pytest the end-to-end
-file (`tests/test_e2e_cpu.py`, from pytest's --durations). About 14 minutes per run on 2 cores.
+Each run clones HEAD into a temporary folder (committed files only, no .venv: what CI sees; ../shared linked
+beside it, as beside CI's checkout), runs .ci/run there and times it from its output: install (until pytest's
+session header), pytest, and inside pytest the end-to-end file (`tests/test_e2e_cpu.py`, from pytest's
+--durations). About 10 minutes per run on 2 cores.
 Last line: `RESULT ci_minutes=<v> ci_install_minutes=<v> ci_pytest_minutes=<v> ci_e2e_minutes=<v> tests_passed=<n>`,
 one value per run, comma-separated.
 """
@@ -32,6 +33,10 @@ def one_run(command: str) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="bench_ci_") as tmp:
         clone = Path(tmp) / "repo"
         subprocess.run(["git", "clone", "--quiet", str(REPO_ROOT), str(clone)], check=True)
+        # the shared data beside the repo, as beside CI's checkout: without it the real-GSM8K tests skip
+        shared = REPO_ROOT.parent / "shared"
+        if shared.is_dir():
+            (Path(tmp) / "shared").symlink_to(shared)
         # every duration over 1 s, so the end-to-end file's setup (its module fixture runs main_ppo) is listed
         env = {**os.environ, "PYTEST_ADDOPTS": "--durations=0 --durations-min=1"}
         start = time.monotonic()
