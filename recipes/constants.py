@@ -15,6 +15,9 @@ CONFIG_NAME = "gsm8k_multiturn_grpo"  # config/gsm8k_multiturn_grpo.yaml
 PROFILE_DIR = CONFIG_DIR / "profile"
 TOOL_CONFIG_DIR = CONFIG_DIR / "tool_config"
 AGENT_LOOP_CONFIG = CONFIG_DIR / "agent_loop.yaml"
+# Data kept beside the repo on our machines and in CI (real GSM8K for tests and benchmarks); absent elsewhere.
+SHARED_DIR = REPO_ROOT.parent / "shared"
+SHARED_GSM8K_DIR = SHARED_DIR / "data" / "gsm8k"
 
 # The environment variable through which the launcher tells every worker its node's trace relay (the relay's URL).
 TRACE_RELAY_ENV = "GSM8K_RECIPE_TRACE_RELAY"

@@ -16,7 +16,7 @@ import statistics
 import sys
 import time
 
-from recipes.constants import REPO_ROOT
+from recipes.constants import SHARED_GSM8K_DIR
 from recipes.tool_sets import get_tool_set
 from tools.arithmetic import CalcError, calculate
 
@@ -25,7 +25,7 @@ FALLBACK = ["48/2", "(16-3-4)*2", "1.5*4", "2**10", "1,000+250", "20%*50", "9**9
 
 
 def gsm8k_expressions(limit: int) -> list[str]:
-    path = REPO_ROOT.parent / "shared" / "data" / "gsm8k" / "train.jsonl"
+    path = SHARED_GSM8K_DIR / "train.jsonl"
     if not path.is_file():
         return (FALLBACK * (limit // len(FALLBACK) + 1))[:limit]
     found = []

@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from recipes.constants import REPO_ROOT
+from recipes.constants import REPO_ROOT, SHARED_DIR
 
 E2E_FILE = "tests/test_e2e_cpu.py"
 SESSION_START = re.compile(r"^=+ test session starts =+$")
@@ -34,9 +34,8 @@ def one_run(command: str) -> dict[str, float]:
         clone = Path(tmp) / "repo"
         subprocess.run(["git", "clone", "--quiet", str(REPO_ROOT), str(clone)], check=True)
         # the shared data beside the repo, as beside CI's checkout: without it the real-GSM8K tests skip
-        shared = REPO_ROOT.parent / "shared"
-        if shared.is_dir():
-            (Path(tmp) / "shared").symlink_to(shared)
+        if SHARED_DIR.is_dir():
+            (Path(tmp) / SHARED_DIR.name).symlink_to(SHARED_DIR)
         # every duration over 1 s, so the end-to-end file's setup (its module fixture runs main_ppo) is listed
         env = {**os.environ, "PYTEST_ADDOPTS": "--durations=0 --durations-min=1"}
         start = time.monotonic()

@@ -15,14 +15,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from recipes.constants import REPO_ROOT
+from recipes.constants import REPO_ROOT, SHARED_GSM8K_DIR
 
 TARGET_SECONDS = 15.0
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--input_dir", default=str(REPO_ROOT.parent / "shared" / "data" / "gsm8k"))
+    p.add_argument("--input_dir", default=str(SHARED_GSM8K_DIR))
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--tool_set", default="both", help="the widest rows (both tools' kwargs)")
     args = p.parse_args()

@@ -5,6 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from recipes.constants import SHARED_GSM8K_DIR
+
 # Never talk to W&B from tests: no error reports, no runs, no traffic off this machine.
 os.environ.setdefault("WANDB_ERROR_REPORTING", "false")
 os.environ.setdefault("WANDB_MODE", "offline")
@@ -14,7 +16,6 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("WEAVE_PRINT_CALL_LINK", "false")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-SHARED_GSM8K = REPO_ROOT.parent / "shared" / "data" / "gsm8k"
 MINI_GSM8K = REPO_ROOT / "tests" / "fixtures" / "gsm8k_mini"
 
 
@@ -26,9 +27,9 @@ def repo_root() -> Path:
 @pytest.fixture(scope="session")
 def shared_gsm8k_dir() -> Path:
     """The real GSM8K (OpenAI grade-school-math, 7473 train / 1319 test rows) beside the repo."""
-    if not (SHARED_GSM8K / "train.jsonl").is_file():
-        pytest.skip(f"real GSM8K not found at {SHARED_GSM8K} (../shared/data/gsm8k beside the repo)")
-    return SHARED_GSM8K
+    if not (SHARED_GSM8K_DIR / "train.jsonl").is_file():
+        pytest.skip(f"real GSM8K not found at {SHARED_GSM8K_DIR} (../shared/data/gsm8k beside the repo)")
+    return SHARED_GSM8K_DIR
 
 
 @pytest.fixture(scope="session")

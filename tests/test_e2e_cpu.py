@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from recipes.constants import REPO_ROOT
+from recipes.constants import REPO_ROOT, SHARED_GSM8K_DIR
 from testkit.cpu_verl.trace_fault import UNTRACED_WORKER_ENV
 
 SMOKE_TIMEOUT = int(os.environ.get("CPU_SMOKE_TIMEOUT", "900"))
@@ -157,9 +157,8 @@ def _smoke(work: Path, stdout: str, wall_s: float) -> Smoke:
 
 
 @pytest.fixture(scope="module")
-def shared_gsm8k_dir_or_mini(repo_root) -> Path:
-    shared = repo_root.parent / "shared" / "data" / "gsm8k"
-    return shared if (shared / "train.jsonl").is_file() else repo_root / "tests" / "fixtures" / "gsm8k_mini"
+def shared_gsm8k_dir_or_mini(mini_gsm8k_dir) -> Path:
+    return SHARED_GSM8K_DIR if (SHARED_GSM8K_DIR / "train.jsonl").is_file() else mini_gsm8k_dir
 
 
 def test_two_grpo_steps_update_the_actor_with_nonzero_advantages_and_the_kl_loss(smoke):
