@@ -1,9 +1,9 @@
 """GSM8K reward for verl 0.9.1's `reward.custom_reward_function` (path=recipes/reward.py, name=compute_score).
 
-verl's `naive` reward manager decodes the whole multi-turn response, tool responses included (see
-recipes/trajectory.py). Only what the model wrote may earn reward: a tool that prints the number (or a tool
-response the model is fed) must not be scored as the model's answer. So every tool turn is cut first (also
-a last one cut off by the response-length limit), then the answer is read.
+Called once per trajectory by the recipe's agent loop (recipes/agent_loop.py, through verl's own loader), with
+`solution_str` = what the MODEL wrote: its turns as verl's response mask marks them, one per line. Tool output
+never reaches this function, so a tool that prints the number (or a tool response the model is fed) can never
+be scored as the model's answer, whatever chat template renders the tool turns.
 
 Knobs (reward.custom_reward_function.reward_kwargs):
 - method: "strict" (default: the number after the last `####`) or "flexible" (the last number).
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from recipes.answers import answers_match, extract_answer
 from recipes.constants import DATA_SOURCE
-from recipes.trajectory import count_tool_calls, model_written_text, offered_tools
+from recipes.trajectory import count_tool_calls, offered_tools
 
 
 def compute_score(
@@ -34,13 +34,12 @@ def compute_score(
         raise ValueError(f"recipes/reward.py scores {DATA_SOURCE!r} rows only, got data_source={data_source!r}")
     if method not in ("strict", "flexible"):
         raise ValueError(f"reward_kwargs.method must be 'strict' or 'flexible', not {method!r}")
-    text = model_written_text(solution_str)
-    strict_pred = extract_answer(text, "strict")
-    flexible_pred = extract_answer(text, "flexible")
+    strict_pred = extract_answer(solution_str, "strict")
+    flexible_pred = extract_answer(solution_str, "flexible")
     acc_strict = answers_match(strict_pred, ground_truth)
     acc_flexible = answers_match(flexible_pred, ground_truth)
     correct = acc_strict if method == "strict" else acc_flexible
-    good_calls, bad_calls = count_tool_calls(text, offered_tools(extra_info))
+    good_calls, bad_calls = count_tool_calls(solution_str, offered_tools(extra_info))
     bonus = float(tool_call_bonus) if good_calls else 0.0
     # Every key is present for every sample, with one type each: verl batches them into reward_extra_info.
     return {

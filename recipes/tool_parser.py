@@ -8,7 +8,7 @@ or "Unknown function ..." when no tool name can be read) and the model gets its 
 turn limits, length budget and response masks.
 
 Registered under that name in verl's ToolParser registry when this module is imported. Workers import it
-through the recipe's agent loop (config/agent_loop.yaml -> recipes.traced_agent_loop), and the recipe config
+through the recipe's agent loop (config/agent_loop.yaml -> recipes.agent_loop), and the recipe config
 selects it with actor_rollout_ref.rollout.multi_turn.format=hermes_with_feedback.
 """
 

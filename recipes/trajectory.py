@@ -1,28 +1,22 @@
-"""Reading a decoded multi-turn trajectory: what the model wrote, its tool calls, and what the tools answered.
+"""Reading a multi-turn trajectory: what the model wrote, its tool calls, and what the tools answered.
 
-The one home for this parsing: the reward (recipes/reward.py), the traced summary of each rollout
-(recipes/traced_agent_loop.py, which shows it as chat messages) and the offline reports
-(recipes/rollout_report/) all read trajectories here.
+The one home for this: the reward's input (recipes/agent_loop.py scores `model_text`), the trace's chat view of
+each rollout (chat_messages) and the offline reports (recipes/rollout_report/, recipes/evaluation/) read here.
 
-verl's reward manager decodes the whole response with special tokens skipped, so a tool turn looks like
-
-    <tool_call>{...}</tool_call>\\nuser\\n<tool_response>\\n24\\n</tool_response>\\nassistant\\n48+24 is 72.\\n#### 72
-
-(the role names are what is left of the skipped <|im_start|> tokens). The last tool response may have been
-cut by the response-length limit and have no closing tag.
+What the model wrote is what verl's response mask marks 1; a tool turn (mask 0) holds the tool's answer and the
+chat template's role markers around it, whatever the template (hermes `<tool_response>` tags for Qwen2.5, an
+`ipython` header for Llama 3.1). Each run of the mask is decoded with special tokens skipped, as verl decodes.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 
 from recipes.constants import CALC_GSM8K_REWARD, CALCULATOR
 
 KNOWN_TOOLS = frozenset({CALCULATOR, CALC_GSM8K_REWARD})
-# A whole tool turn, with the role words around it.
-_TOOL_TURN = re.compile(r"(?:\nuser\n)?<tool_response>.*?(?:</tool_response>(?:\nassistant\n)?|\Z)", re.DOTALL)
 _TOOL_RESPONSE_TEXT = re.compile(r"<tool_response>\n?(.*?)\n?(?:</tool_response>|\Z)", re.DOTALL)
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 # A closed call, or an opened one the turn ended inside (the model stopped before </tool_call>): the agent loop
@@ -34,17 +28,30 @@ UNREADABLE_NAME = "unreadable_tool_call"  # verl answers: Unknown function 'unre
 TOOL_ERROR_PREFIXES = ("Error", "Unknown function", "Invalid JSON")
 
 
-def model_written_text(solution_str: str) -> str:
-    """The trajectory with every tool turn removed: only what the model wrote."""
-    return _TOOL_TURN.sub("", solution_str)
+def split_turns(response_ids: list[int], response_mask: list[int],
+                decode: Callable[[list[int]], str]) -> list[tuple[bool, str]]:
+    """The response cut where the mask changes: (written_by_the_model, decoded text) for each run."""
+    turns: list[tuple[bool, str]] = []
+    start = 0
+    for end in range(1, len(response_ids) + 1):
+        if end == len(response_ids) or response_mask[end] != response_mask[start]:
+            turns.append((bool(response_mask[start]), decode(list(response_ids[start:end]))))
+            start = end
+    return turns
 
 
-def tool_responses(solution_str: str) -> list[str]:
-    return _TOOL_RESPONSE_TEXT.findall(solution_str)
+def model_text(turns: list[tuple[bool, str]]) -> str:
+    """What the model wrote, its turns one per line: no tool output, and no two turns glued into one number."""
+    return "\n".join(text for by_model, text in turns if by_model)
 
 
-def count_tool_errors(solution_str: str) -> int:
-    return sum(text.startswith(TOOL_ERROR_PREFIXES) for text in tool_responses(solution_str))
+def tool_responses(text: str) -> list[str]:
+    """The tool answers in a text: hermes `<tool_response>` blocks (Qwen2.5's template; a display matter only)."""
+    return _TOOL_RESPONSE_TEXT.findall(text)
+
+
+def count_tool_errors(text: str) -> int:
+    return sum(answer.startswith(TOOL_ERROR_PREFIXES) for answer in tool_responses(text))
 
 
 def chat_messages(prompt: list[dict], turns: list[tuple[bool, str]]) -> list[dict]:

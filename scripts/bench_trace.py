@@ -25,12 +25,12 @@ os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WEAVE_PRINT_CALL_LINK", "false")
 
 from data_prep.gsm8k_rows import SourceRecord, build_row  # noqa: E402
+from recipes import agent_loop_inprocess as harness  # noqa: E402
 from recipes.constants import CALCULATOR, REPO_ROOT  # noqa: E402
+from recipes.cpu_backend.qwen_tokenizer import load_qwen25_tokenizer  # noqa: E402
+from recipes.standins.scripted_llm import ScriptedLLM, tool_call  # noqa: E402
+from recipes.standins.weave_memory_server import install_memory_weave_client  # noqa: E402
 from recipes.tool_sets import get_tool_set  # noqa: E402
-from testkit import agent_loop_harness as harness  # noqa: E402
-from testkit.qwen_tokenizer import load_qwen25_tokenizer  # noqa: E402
-from testkit.scripted_llm import ScriptedLLM, tool_call  # noqa: E402
-from testkit.weave_memory_server import install_memory_weave_client  # noqa: E402
 
 TARGET_MS = 5.0
 
@@ -46,13 +46,13 @@ def script(reasoning_tokens: int) -> list[str]:
 async def run_all(config, tok, tools, rows, turns, traced: bool):
     from verl.utils.rollout_trace import rollout_trace_attr
 
-    from recipes.traced_agent_loop import TracedToolAgentLoop
+    from recipes.agent_loop import ScoredToolAgentLoop
 
     llm = ScriptedLLM(tok, lambda prompt: turns)
 
     async def one(i, row):
         with rollout_trace_attr(step=1, sample_index=i, rollout_n=0, validate=False, trace=traced):
-            return await harness.run_rollout(config, tok, llm, tools, row, TracedToolAgentLoop)
+            return await harness.run_rollout(config, tok, llm, tools, row, ScoredToolAgentLoop)
 
     return await asyncio.gather(*(one(i, row) for i, row in enumerate(rows)))
 
@@ -102,7 +102,7 @@ def main() -> int:
     RolloutTraceConfig.get_instance().client = client_raw
     original_install = tracing.install_text_only_tracer
     tracing.install_text_only_tracer = lambda: True  # keep the raw client for this run
-    import recipes.traced_agent_loop as loop_module
+    import recipes.agent_loop as loop_module
 
     loop_module.install_text_only_tracer = tracing.install_text_only_tracer
     raw = timed("traced, verl default", config, tok, tools, rows, turns, traced=True, server=server_raw)

@@ -1,4 +1,4 @@
-"""Score a verl validation dump with the training reward (strict and flexible), tool use and pass@k.
+"""Summarize a verl validation dump as the run scored it (strict and flexible), tool use and pass@k.
 
     python scripts/eval_summary.py --validation_dir outputs/<exp>/validation [--step N] [--k 1 --k 8]
 
@@ -36,7 +36,11 @@ def main(argv: list[str] | None = None) -> int:
     if not chosen:
         print(f"error: no dump for step {step} in {args.validation_dir}", file=sys.stderr)
         return 1
-    summary = {"step": step, **summarize(chosen, tuple(args.k or [1]))}
+    try:
+        summary = {"step": step, **summarize(chosen, tuple(args.k or [1]))}
+    except ValueError as err:  # a dump without the reward's keys, or pass@k beyond the samples per prompt
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     # summary.json is the latest step's (eval_gsm8k.sh and readers of a run expect that): an earlier step's
     # summary goes beside it under its own name, never over it
     name = "summary" if step == latest else f"summary_step{step}"

@@ -11,7 +11,7 @@
 #
 # Installs requirements/gpu.txt and nothing else: every package pinned and hash-checked, wheels only (one
 # pure-Python sdist, antlr4-python3-runtime, is built from source). Re-running it brings the env back to the lock.
-# Then the recipe's own packages (recipes, tools, data_prep, testkit) go in editable (pyproject.toml, no deps), so
+# Then the recipe's own packages (recipes, tools, data_prep) go in editable (pyproject.toml, no deps), so
 # `python data_prep/gsm8k.py` and scripts/*.py import them from anywhere. SGLang and FlashInfer compile CUDA kernels
 # at first use: the lock carries CUDA 13.0's nvcc and headers, recipes/cuda_toolchain.py makes them the CUDA_HOME
 # of every process of the env, and recipes/sglang_patch.py fixes SGLang 0.5.12's activation kernel for them.

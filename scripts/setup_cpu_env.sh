@@ -24,7 +24,7 @@ fi
 log "installing requirements/test.txt into $VENV (about 3 minutes the first time, seconds after)"
 "$VENV/bin/python" -m pip install -q --upgrade pip
 "$VENV/bin/python" -m pip install -q -r "$REPO_ROOT/requirements/test.txt"
-# the recipe's packages (recipes, tools, data_prep, testkit), editable: scripts import them from anywhere
+# the recipe's packages (recipes, tools, data_prep), editable: scripts import them from anywhere
 "$VENV/bin/python" -m pip install -q --no-deps -e "$REPO_ROOT"
 log "ready. Use it in this shell with:  . ${VENV/#$PWD\//}/bin/activate"
 log "then e.g.: python data_prep/gsm8k.py, bash scripts/smoke_cpu.sh, bash scripts/run_tests.sh"

@@ -5,7 +5,7 @@
 # few GSM8K rows with multi-turn calculator calls, validates, saves a checkpoint, then a second launch resumes
 # from it into a third step; the rollout report and eval summary run on the dumps. Time and RAM: docs/measured.md
 # (smoke_cpu_minutes, smoke_cpu_ram_gb). The CPU stand-ins (platform, FSDP2 engine, rollout server) are in
-# testkit/cpu_verl.
+# recipes/cpu_backend.
 # tests/test_e2e_cpu.py runs it with tracing on against a loopback W&B (one agent-loop worker's weave.init failing).
 #
 #   bash scripts/smoke_cpu.sh                                # work dir /tmp/gsm8k_cpu_smoke
@@ -32,7 +32,7 @@ export PYTHONPATH="$REPO_ROOT${PYTHONPATH:+:$PYTHONPATH}"
 log() { echo "[smoke_cpu] $*" >&2; }
 
 log "tiny random Qwen2 model -> $WORK_DIR/model"
-"$PYTHON" -c 'import sys; from testkit.qwen_tokenizer import build_tiny_qwen2_model_dir as build; build(sys.argv[1])' \
+"$PYTHON" -c 'import sys; from recipes.cpu_backend.qwen_tokenizer import build_tiny_qwen2_model_dir as build; build(sys.argv[1])' \
   "$WORK_DIR/model"
 SOURCE=()
 if [ -n "$GSM8K_DIR" ] && [ -d "$GSM8K_DIR" ]; then SOURCE=(--input_dir "$GSM8K_DIR"); fi
@@ -54,7 +54,7 @@ launch() {  # name, overrides...: one main_ppo through the launcher, its output 
   local name=$1; shift
   log "launch '$name' -> $OUTPUT_DIR/logs/$name.log"
   local start=$SECONDS
-  # the rollout servers' evidence (weight checksums, steered turns): one JSON line each (testkit/cpu_verl/server.py)
+  # the rollout servers' evidence (weight checksums, steered turns): one JSON line each (recipes/cpu_backend/server.py)
   CPU_ROLLOUT_EVENTS="$OUTPUT_DIR/logs/$name.rollout_events.jsonl" \
     bash scripts/run_gsm8k_grpo.sh "$@" 2>&1 | tee "$OUTPUT_DIR/logs/$name.log"
   log "launch '$name' took $((SECONDS - start)) s"

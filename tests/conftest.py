@@ -1,4 +1,5 @@
-"""Fixtures shared across the suite. Test doubles live in testkit/ (importable by benchmarks too)."""
+"""Fixtures shared across the suite. Test doubles live in tests/testkit/ (imported as `testkit`, pyproject.toml's
+pytest pythonpath); the stand-ins benchmarks need too are product, in recipes/standins/."""
 
 import os
 from pathlib import Path
@@ -16,6 +17,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("WEAVE_PRINT_CALL_LINK", "false")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+# the test doubles import in the processes tests start too (a smoke's Ray workers load testkit.trace_fault)
+os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT / "tests"), *filter(None, [os.environ.get("PYTHONPATH")])])
 MINI_GSM8K = REPO_ROOT / "tests" / "fixtures" / "gsm8k_mini"
 
 

@@ -1,6 +1,6 @@
 """The CPU learning check's pieces (recipes/cpu_learning): the synthetic task goes through the recipe's data prep,
 and an SFT transcript is, token for token, what verl's real ToolAgentLoop holds after the same conversation (the
-recipe's config, tool and parser; only the LLM server is scripted, testkit.scripted_llm)."""
+recipe's config, tool and parser; only the LLM server is scripted, recipes.standins.scripted_llm)."""
 
 import asyncio
 import json
@@ -9,12 +9,12 @@ import pytest
 
 from data_prep.gsm8k import main as data_prep_main
 from data_prep.gsm8k_rows import SourceRecord, build_row
+from recipes import agent_loop_inprocess as harness
 from recipes.cpu_learning import task
 from recipes.cpu_learning.small_model import build_from_rows
 from recipes.cpu_learning.transcripts import Renderer, scripted_turns
+from recipes.standins.scripted_llm import ScriptedLLM
 from recipes.tool_sets import get_tool_set
-from testkit import agent_loop_harness as harness
-from testkit.scripted_llm import ScriptedLLM
 
 
 def rows_of(problems, split="train"):

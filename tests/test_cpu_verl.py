@@ -1,4 +1,4 @@
-"""The CPU stand-ins of testkit/cpu_verl, piece by piece, with a real tiny Qwen2 model (Qwen2.5 tokenizer and chat
+"""The CPU stand-ins of recipes/cpu_backend, piece by piece, with a real tiny Qwen2 model (Qwen2.5 tokenizer and chat
 template) and verl's own parsers and config classes. The whole path through verl's main_ppo is tests/test_e2e_cpu.py."""
 
 import asyncio
@@ -8,11 +8,11 @@ import pytest
 import torch
 
 from recipes.constants import CALCULATOR
+from recipes.cpu_backend.generation import Sampling, generate
+from recipes.cpu_backend.qwen_tokenizer import build_tiny_qwen2_model_dir
+from recipes.cpu_backend.steering import SteeringLedger, forced_tool_call, is_first_turn, prompt_key
 from recipes.reward import count_tool_calls
 from recipes.tool_sets import get_tool_set
-from testkit.cpu_verl.generation import Sampling, generate
-from testkit.cpu_verl.steering import SteeringLedger, forced_tool_call, is_first_turn, prompt_key
-from testkit.qwen_tokenizer import build_tiny_qwen2_model_dir
 
 QUESTION = "Natalia sold 48 clips in April and half as many in May. How many clips did she sell in total?"
 
@@ -26,7 +26,7 @@ def model_dir(tmp_path_factory):
 def server(model_dir):
     from verl.workers.config import RolloutConfig
 
-    from testkit.cpu_verl.server import CpuRolloutServer
+    from recipes.cpu_backend.server import CpuRolloutServer
 
     config = RolloutConfig(name="hf_cpu", prompt_length=512, response_length=24, load_format="auto")
     model_config = {"path": str(model_dir), "override_config": {"attn_implementation": "sdpa"}}
@@ -159,7 +159,7 @@ def test_a_group_of_two_gets_exactly_one_steered_first_turn(server, tok):
 def test_weights_from_the_trainer_replace_the_rollout_weights_and_change_the_checksum(server, model_dir):
     from transformers import AutoModelForCausalLM
 
-    from testkit.cpu_verl.server import weights_checksum
+    from recipes.cpu_backend.server import weights_checksum
 
     before = weights_checksum(server.model)
     trained = AutoModelForCausalLM.from_pretrained(str(model_dir))
@@ -174,7 +174,7 @@ def test_weights_from_the_trainer_replace_the_rollout_weights_and_change_the_che
 
 
 def test_the_cpu_platform_answers_for_verl():
-    from testkit.cpu_verl.platform import CPU_DEVICE, CpuPlatform
+    from recipes.cpu_backend.platform import CPU_DEVICE, CpuPlatform
 
     platform = CpuPlatform()
     assert (platform.device_name, platform.communication_backend_name(), platform.ray_resource_name()) == \

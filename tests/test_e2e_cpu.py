@@ -8,11 +8,11 @@ CPU_SMOKE_REUSE=<work dir printed by an earlier run> re-reads that run's evidenc
 overrides for both launches can be given in CPU_SMOKE_OVERRIDES (space-separated), other knobs through the
 environment (e.g. TRACE, LOGGER), as scripts/smoke_cpu.sh takes them.
 
-The stand-ins (testkit/cpu_verl) are the platform, the FSDP2 engine registration and the rollout server; the
+The stand-ins (recipes/cpu_backend) are the platform, the FSDP2 engine registration and the rollout server; the
 server writes a calculator call in one of every two first turns of a prompt (a random model never does), and
 everything else (agent loop, tools, reward, GRPO, FSDP2 update, checkpoint, resume) is verl's and the recipe's.
-Tracing is on, against a W&B stand-in on 127.0.0.1 (testkit/weave_http_server.py), with agent-loop worker
-UNTRACED_WORKER's weave.init made to fail (testkit/cpu_verl/trace_fault.py): the other worker's traces must all
+Tracing is on, against a W&B stand-in on 127.0.0.1 (recipes/standins/weave_http_server.py), with agent-loop worker
+UNTRACED_WORKER's weave.init made to fail (tests/testkit/trace_fault.py): the other worker's traces must all
 arrive, and the run must train on.
 """
 
@@ -33,7 +33,7 @@ from pathlib import Path
 import pytest
 
 from recipes.constants import REPO_ROOT, SHARED_GSM8K_DIR
-from testkit.cpu_verl.trace_fault import UNTRACED_WORKER_ENV
+from testkit.trace_fault import FAULT_MODULE, UNTRACED_WORKER_ENV
 
 SMOKE_TIMEOUT = int(os.environ.get("CPU_SMOKE_TIMEOUT", "900"))
 REUSE_ENV = "CPU_SMOKE_REUSE"  # the work dir of an earlier run of this module: its evidence is read, nothing runs
@@ -109,8 +109,8 @@ def _kill_session(sid: int) -> None:
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory, shared_gsm8k_dir_or_mini) -> Smoke:
     """The one smoke run every test reads, tracing on against a loopback W&B for both launches; agent-loop
-    worker UNTRACED_WORKER's weave.init is made to fail (testkit/cpu_verl/trace_fault.py)."""
-    from testkit.weave_http_server import loopback_wandb
+    worker UNTRACED_WORKER's weave.init is made to fail (tests/testkit/trace_fault.py)."""
+    from recipes.standins.weave_http_server import loopback_wandb
 
     if os.environ.get(REUSE_ENV):  # re-read a finished run's evidence (while editing these tests)
         work = Path(os.environ[REUSE_ENV])
@@ -119,7 +119,8 @@ def smoke(tmp_path_factory, shared_gsm8k_dir_or_mini) -> Smoke:
     work = tmp_path_factory.mktemp("cpu_smoke")
     env = {k: v for k, v in os.environ.items() if not k.startswith(_NOT_PASSED_ON)}
     env.update(PYTHON=sys.executable, WORK_DIR=str(work), GSM8K_DIR=str(shared_gsm8k_dir_or_mini), TRACE="on",
-               WANDB_ERROR_REPORTING="false", **{UNTRACED_WORKER_ENV: str(UNTRACED_WORKER)})
+               WANDB_ERROR_REPORTING="false", VERL_USE_EXTERNAL_MODULES=FAULT_MODULE,
+               **{UNTRACED_WORKER_ENV: str(UNTRACED_WORKER)})
     args = shlex.split(os.environ.get("CPU_SMOKE_OVERRIDES", ""))
     with loopback_wandb() as wandb:
         env.update(wandb.env)
@@ -178,7 +179,7 @@ def test_two_grpo_steps_update_the_actor_with_nonzero_advantages_and_the_kl_loss
 def test_the_weights_the_rollout_receives_change_every_step_and_start_from_the_model_on_disk(smoke):
     from transformers import AutoModelForCausalLM
 
-    from testkit.cpu_verl.server import weights_checksum
+    from recipes.cpu_backend.server import weights_checksum
 
     weights = smoke.train.weights()
     assert sorted(weights) == [0, 1, 2], f"weight versions loaded by the rollout servers: {sorted(weights)}"
@@ -269,6 +270,23 @@ def test_every_trajectory_of_the_tracing_worker_arrives_with_its_reward_and_the_
     for step in TRAIN_STEPS:
         assert len((smoke.output / "rollouts" / f"{step}.jsonl").read_text().splitlines()) == \
             PROMPTS_PER_STEP * ROLLOUT_N
+
+
+def test_each_trace_root_shows_the_score_the_trainer_used_for_that_trajectory(smoke):
+    """The agent loop scored every trajectory once (verl's reward workers are not started: reward.num_workers=0,
+    so an unscored trajectory would have ended the run) and the trace root carries that score: it equals the
+    dump's score of the same trajectory (same step and prompt, same final turn)."""
+    roots = [c for c in smoke.calls if c["parent_id"] is None]
+    assert roots
+    for root in roots:
+        out, attrs = root["output"], root["attributes"]
+        folder = "validation" if attrs.get("validate") else "rollouts"
+        records = [json.loads(line) for line in (smoke.output / folder / f"{attrs['step']}.jsonl").open()]
+        question = next(m["content"] for m in out["messages"] if m["role"] == "user")
+        same = [r for r in records if question in r["input"] and r["num_tool_calls"] == out["num_tool_calls"]
+                and r["output"].strip().endswith(out["final_answer"].strip())]
+        assert same, f"no dump line of {folder}/{attrs['step']}.jsonl matches trace root {root['id']}"
+        assert {r["score"] for r in same} == {out["reward"]}, (out["reward"], [r["score"] for r in same])
 
 
 def test_the_console_says_once_where_the_traces_are_and_prints_no_link_per_call(smoke):

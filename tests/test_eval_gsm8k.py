@@ -81,14 +81,21 @@ def test_pass_at_k_is_the_unbiased_estimator(outcomes):
         assert pass_at_k(len(outcomes), sum(outcomes), k) == pytest.approx(brute_force_pass_at_k(outcomes, k))
 
 
+def scored(acc_strict, acc_flexible, calls, pred):
+    """A dump line's reward keys, as the run's agent loop scored the trajectory (recipes/reward.py's)."""
+    return {"acc_strict": acc_strict, "acc_flexible": acc_flexible, "format_ok": float(pred != ""),
+            "num_tool_calls": calls, "num_bad_tool_calls": 0, "pred": pred}
+
+
 def test_summary_of_a_handmade_dump(tmp_path):
     call = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "6*7"}}\n</tool_call>'
-    lines = [  # two questions x 2 samples; the tool-response number must not count as the model's answer
-        {"input": "Q1", "gts": "42",
+    lines = [  # two questions x 2 samples, with the scores the run gave them (nothing is re-scored)
+        {"input": "Q1", "gts": "42", **scored(1.0, 1.0, 1, "42"),
          "output": f"{call}\nuser\n<tool_response>\n42\n</tool_response>\nassistant\n#### 42"},
-        {"input": "Q1", "output": "It is 41.", "gts": "42"},
-        {"input": "Q2", "output": f"{call}\nuser\n<tool_response>\n7\n</tool_response>\nassistant\nso 7", "gts": "7"},
-        {"input": "Q2", "output": "#### 8", "gts": "7"},
+        {"input": "Q1", "output": "It is 41.", "gts": "42", **scored(0.0, 0.0, 0, "")},
+        {"input": "Q2", "output": f"{call}\nuser\n<tool_response>\n7\n</tool_response>\nassistant\nso 7", "gts": "7",
+         **scored(0.0, 1.0, 1, "")},
+        {"input": "Q2", "output": "#### 8", "gts": "7", **scored(0.0, 0.0, 0, "8")},
     ]
     (tmp_path / "0.jsonl").write_text("".join(json.dumps({**line, "score": 0, "step": 0}) + "\n" for line in lines))
     proc = subprocess.run([sys.executable, "scripts/eval_summary.py", "--validation_dir", str(tmp_path), "--k", "1",
@@ -101,6 +108,14 @@ def test_summary_of_a_handmade_dump(tmp_path):
     assert summary["pass@1_strict"] == 0.25 and summary["pass@2_strict"] == 0.5 and summary["pass@2_flexible"] == 1.0
     assert proc.stdout.strip().splitlines()[-1] == (
         "RESULT strict_acc=0.2500 flexible_acc=0.5000 tool_calls_per_answer=0.5000")
+
+
+def test_a_dump_without_the_rewards_keys_is_refused_not_rescored(tmp_path):
+    (tmp_path / "0.jsonl").write_text(json.dumps({"input": "Q", "output": "#### 1", "gts": "1", "score": 1}) + "\n")
+    proc = subprocess.run([sys.executable, "scripts/eval_summary.py", "--validation_dir", str(tmp_path)],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and "a dump line has no acc_strict" in proc.stderr, proc.stderr
+    assert not (tmp_path / "summary.json").exists()
 
 
 def test_cpu_eval_runs_on_the_cpu_stand_ins_without_steering(prepared_data_dir):
@@ -134,9 +149,11 @@ def test_unknown_device_is_refused(prepared_data_dir):
 
 def test_an_earlier_steps_summary_never_replaces_the_latest(tmp_path):
     """summary.json is the latest step's; --step N of an earlier step writes summary_step<N>.json and says so."""
-    for step, output in ((0, "#### 41"), (2, "#### 42")):
-        (tmp_path / f"{step}.jsonl").write_text(json.dumps({"input": "Q", "output": output, "gts": "42", "score": 0,
-                                                            "step": step}) + "\n")
+    for step, pred in ((0, "41"), (2, "42")):
+        right = float(pred == "42")
+        (tmp_path / f"{step}.jsonl").write_text(json.dumps({"input": "Q", "output": f"#### {pred}", "gts": "42",
+                                                            "score": right, "step": step,
+                                                            **scored(right, right, 0, pred)}) + "\n")
 
     def summary(*args):
         proc = subprocess.run([sys.executable, "scripts/eval_summary.py", "--validation_dir", str(tmp_path), *args],

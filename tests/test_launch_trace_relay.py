@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from recipes.constants import REPO_ROOT
+from recipes.standins.weave_http_server import API_KEY, loopback_wandb
 from testkit.launcher import launch
-from testkit.weave_http_server import API_KEY, loopback_wandb
 
 pytestmark = pytest.mark.timeout(400)
 CALLS = 20

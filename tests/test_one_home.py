@@ -8,7 +8,7 @@ import pytest
 
 from recipes.constants import REPO_ROOT
 
-CODE_DIRS = ("recipes", "tools", "data_prep", "scripts", "testkit")
+CODE_DIRS = ("recipes", "tools", "data_prep", "scripts", "tests/testkit")
 
 
 def code_files():
@@ -31,7 +31,7 @@ def modules_with_literal(value: str) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("value, home", [("hf_cpu", "testkit/cpu_verl/__init__.py"),
+@pytest.mark.parametrize("value, home", [("hf_cpu", "recipes/cpu_backend/__init__.py"),
                                          ("GSM8K_RECIPE_TRACE_RELAY", "recipes/constants.py")])
 def test_a_shared_name_is_written_once(value, home):
     assert modules_with_literal(value) == [home]

@@ -4,6 +4,7 @@ Each composes the recipe's real config (hydra, as the launcher does) and runs th
 
 import pytest
 
+from recipes.cpu_backend.qwen_tokenizer import build_tiny_qwen2_model_dir
 from recipes.credentials import wandb_api_key
 from recipes.preflight.checks import check_cpu_rollout
 from recipes.preflight.compose import compose_config
@@ -16,7 +17,6 @@ from recipes.preflight.storage import (
     filesystem_type,
     model_parameter_count,
 )
-from testkit.qwen_tokenizer import build_tiny_qwen2_model_dir
 
 
 def run(check, *overrides, **kw) -> Report:

@@ -17,19 +17,20 @@ from contextlib import redirect_stdout
 import pytest
 
 from data_prep.gsm8k_rows import SourceRecord, build_row
-from recipes.constants import CALCULATOR, DATA_SOURCE
+from recipes import agent_loop_inprocess as harness
+from recipes.agent_loop import ScoredToolAgentLoop
+from recipes.constants import CALCULATOR
+from recipes.cpu_backend.qwen_tokenizer import load_qwen25_tokenizer
 from recipes.evaluation import weave_publish
 from recipes.evaluation.scoring import summarize
 from recipes.evaluation.weave_publish import SCORE_KEYS, SCORER
-from recipes.reward import compute_score
 from recipes.rollout_report.dumps import load_dump_dir
+from recipes.standins.scripted_llm import ScriptedLLM, tool_call
+from recipes.standins.weave_memory_server import install_memory_weave_client
 from recipes.tool_sets import get_tool_set
 from recipes.trajectory import count_tool_errors
-from testkit import agent_loop_harness as harness
+from testkit.dumps import write_verl_dump
 from testkit.launcher import load_script
-from testkit.qwen_tokenizer import load_qwen25_tokenizer
-from testkit.scripted_llm import ScriptedLLM, tool_call
-from testkit.weave_memory_server import install_memory_weave_client
 
 PROJECT = "gsm8k-evals-test"
 EXPERIMENT = "qwen-tools"
@@ -53,10 +54,11 @@ def tok():
 
 @pytest.fixture(scope="module")
 def validation_dir(tmp_path_factory, tok):
-    """outputs/<experiment>/validation with 0.jsonl and 2.jsonl, written as RayPPOTrainer._validate does."""
-    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+    """outputs/<experiment>/validation with 0.jsonl and 2.jsonl, written as RayPPOTrainer._validate does from the
+    recipe's agent loop, which scored each trajectory with the run's reward kwargs (tool bonus TOOL_BONUS)."""
 
-    config = harness.compose_trainer_config("calculator")
+    config = harness.compose_trainer_config(
+        "calculator", (f"reward.custom_reward_function.reward_kwargs.tool_call_bonus={TOOL_BONUS}",))
     tools = harness.load_tools(config)
     rows = [build_row(SourceRecord(q, f"#### {gt}", "test", i), "test", get_tool_set("calculator"))
             for i, (q, gt) in enumerate(QUESTIONS)]
@@ -66,7 +68,7 @@ def validation_dir(tmp_path_factory, tok):
 
     async def one(script, row):
         playing.set(script)
-        return await harness.run_rollout(config, tok, llm, tools, row)
+        return await harness.run_rollout(config, tok, llm, tools, row, ScoredToolAgentLoop)
 
     for step, per_question in SCRIPTS.items():
         # verl repeats each prompt n times, interleaved: q0 s0, q0 s1, ..., q1 s0, ...
@@ -76,15 +78,12 @@ def validation_dir(tmp_path_factory, tok):
             return await asyncio.gather(*(one(script, row) for script, row in jobs))
 
         outputs = asyncio.run(rollouts())
-        gts = [row["reward_model"]["ground_truth"] for _, row in jobs]
-        inputs = [tok.decode(o.prompt_ids, skip_special_tokens=True) for o in outputs]
-        texts = [harness.response_text_as_verl_scores_it(tok, o) for o in outputs]
-        results = [compute_score(DATA_SOURCE, t, gt, tool_call_bonus=TOOL_BONUS)
-                   for t, gt in zip(texts, gts, strict=True)]
-        scores = [r["score"] for r in results]
-        extra = {"reward": scores, **{k: [r[k] for r in results] for k in results[0]}}
-        RayPPOTrainer._write_generations(inputs, texts, gts, scores, extra, str(folder), step)
+        write_verl_dump(tok, outputs, [row["reward_model"]["ground_truth"] for _, row in jobs], folder, step)
     return folder
+
+# one well-formed dump line: verl's columns and the reward's keys the run's agent loop scored
+A_DUMP_LINE = {"input": "q", "output": "a", "gts": "1", "score": 0.0, "acc_strict": 0.0, "acc_flexible": 0.0,
+               "format_ok": 0.0, "num_tool_calls": 0, "num_bad_tool_calls": 0, "pred": ""}
 
 
 def use_memory_client(client):
@@ -211,14 +210,13 @@ def test_predictions_are_the_dump_lines_scored_by_the_recipe(published, validati
                            if "/op/Model.predict:" not in c["op_name"]}
             assert score_calls == {SCORER: scores}  # also a scorer call: what the compare view reads
             got[json.dumps([row["question"], row["ground_truth"], output, scores], sort_keys=True)] += 1
-        for r in records:
-            result = compute_score(DATA_SOURCE, r["output"], r["gts"])
-            scores = {"strict_correct": bool(result["acc_strict"]), "flexible_correct": bool(result["acc_flexible"]),
-                      "format_ok": bool(result["format_ok"]), "tool_calls": result["num_tool_calls"],
-                      "bad_tool_calls": result["num_bad_tool_calls"], "tool_errors": count_tool_errors(r["output"]),
+        for r in records:  # what the run's agent loop scored, as the dump carries it: nothing re-scored
+            scores = {"strict_correct": bool(r["acc_strict"]), "flexible_correct": bool(r["acc_flexible"]),
+                      "format_ok": bool(r["format_ok"]), "tool_calls": r["num_tool_calls"],
+                      "bad_tool_calls": r["num_bad_tool_calls"], "tool_errors": count_tool_errors(r["output"]),
                       "reward": r["score"]}
             assert tuple(scores) == SCORE_KEYS
-            output = {"response": r["output"], "final_answer": result["pred"]}
+            output = {"response": r["output"], "final_answer": r["pred"]}
             want[json.dumps([question_of(r), r["gts"], output, scores], sort_keys=True)] += 1
         assert got == want
     # the fixture's scripts reach every score: a tool error, a malformed call, a bonus-paid wrong answer...
@@ -342,7 +340,7 @@ def test_watcher_publishes_as_dumps_land_and_never_raises(validation_dir, tmp_pa
             thread.start()
             watched.mkdir(parents=True)
             shutil.copy(validation_dir / "0.jsonl", watched / "0.jsonl")
-            (watched / "1.jsonl").write_text('{"input": "q", "output": "a", "gts": "1"}\n{"input": "q", "outp\n')
+            (watched / "1.jsonl").write_text(json.dumps(A_DUMP_LINE) + '\n{"input": "q", "outp\n')
             wait_for(lambda: len(evaluations(server)[0]) == 1)
             shutil.copy(validation_dir / "2.jsonl", watched / "2.jsonl")
             wait_for(lambda: len(evaluations(server)[0]) == 2)
@@ -379,8 +377,7 @@ def test_bad_input_is_one_clear_line(case, tmp_path, repo_root, validation_dir):
     if case != "missing_dir":
         folder.mkdir()
     if case == "bad_line":
-        (folder / "20.jsonl").write_text('{"input": "q", "output": "a", "gts": "1", "score": 0, "step": 20}\n'
-                                         '{"input": "q", "output": "a"}\n')
+        (folder / "20.jsonl").write_text(json.dumps({**A_DUMP_LINE, "step": 20}) + '\n{"input": "q", "output": "a"}\n')
     if case == "no_credentials":
         shutil.copy(validation_dir / "0.jsonl", folder / "0.jsonl")
         env.pop("WANDB_API_KEY")

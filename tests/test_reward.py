@@ -1,4 +1,5 @@
-"""recipes/reward.py: only model-written text is scored; strict/flexible; the optional tool-call bonus."""
+"""recipes/reward.py on what the model wrote (the agent loop hands it only that: tests/test_scoring_path.py):
+strict/flexible; the optional tool-call bonus."""
 
 import pytest
 
@@ -6,7 +7,7 @@ from data_prep.gsm8k_rows import SourceRecord, build_row
 from recipes.constants import CALC_GSM8K_REWARD, DATA_SOURCE
 from recipes.reward import compute_score
 from recipes.tool_sets import get_tool_set
-from recipes.trajectory import count_tool_calls, model_written_text
+from recipes.trajectory import count_tool_calls
 
 CALL = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "48+24"}}\n</tool_call>'
 
@@ -32,22 +33,8 @@ def test_strict_needs_the_marker_flexible_does_not():
     assert flexible["score"] == 1.0 and flexible["acc_strict"] == 0.0 and flexible["acc_flexible"] == 1.0
 
 
-def test_a_number_only_in_a_tool_response_scores_zero():
-    # Exactly the shape verl's reward manager decodes: the tool printed the answer, the model did not.
-    text = (f'{CALL}\nuser\n<tool_response>\n#### 72\n</tool_response>\nassistant\nI am not sure.')
-    for method in ("strict", "flexible"):
-        assert score(text, method=method)["score"] == 0.0, method
-
-
-def test_a_truncated_tool_response_is_cut_to_the_end():
-    text = f"{CALL}\nuser\n<tool_response>\n72 and then the response ran out of room"
-    assert model_written_text(text).strip() == CALL
-    assert score(text, method="flexible")["acc"] == 0.0
-
-
 def test_answers_after_tool_use_still_count():
-    text = f"{CALL}\nuser\n<tool_response>\n72\n</tool_response>\nassistant\nSo the total is 72.\n#### 72"
-    assert score(text)["score"] == 1.0
+    assert score(f"{CALL}\nSo the total is 72.\n#### 72")["score"] == 1.0
 
 
 def test_tool_call_bonus_is_off_by_default_and_paid_once():

@@ -6,13 +6,14 @@ import json
 import pytest
 
 from data_prep.gsm8k_rows import SourceRecord, build_row
-from recipes.constants import CALCULATOR, DATA_SOURCE
-from recipes.reward import compute_score
+from recipes import agent_loop_inprocess as harness
+from recipes.agent_loop import ScoredToolAgentLoop
+from recipes.constants import CALCULATOR
+from recipes.cpu_backend.qwen_tokenizer import load_qwen25_tokenizer
 from recipes.rollout_report.stats import by_step, collapse_alarm
+from recipes.standins.scripted_llm import ScriptedLLM, tool_call
 from recipes.tool_sets import get_tool_set
-from testkit import agent_loop_harness as harness
-from testkit.qwen_tokenizer import load_qwen25_tokenizer
-from testkit.scripted_llm import ScriptedLLM, tool_call
+from testkit.dumps import write_verl_dump
 
 QUESTIONS = [("A baker has 48 muffins and sells half. How many are left?", "24"),
              ("Tom reads 12 pages a day for 6 days. How many pages?", "72")]
@@ -31,8 +32,6 @@ def script_for_step(step):
 
 @pytest.fixture(scope="module")
 def dump_dir(tmp_path_factory):
-    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
-
     tok = load_qwen25_tokenizer()
     config = harness.compose_trainer_config("calculator")
     tools = harness.load_tools(config)
@@ -43,17 +42,13 @@ def dump_dir(tmp_path_factory):
         llm = ScriptedLLM(tok, script_for_step(step))
 
         async def rollouts(llm=llm):
-            runs = (harness.run_rollout(config, tok, llm, tools, r) for r in rows for _ in range(2))
+            runs = (harness.run_rollout(config, tok, llm, tools, r, ScoredToolAgentLoop)
+                    for r in rows for _ in range(2))
             return await asyncio.gather(*runs)
 
         outputs = asyncio.run(rollouts())
-        gts = [r["reward_model"]["ground_truth"] for r in rows for _ in range(2)]
-        inputs = [tok.decode(o.prompt_ids, skip_special_tokens=True) for o in outputs]
-        texts = [harness.response_text_as_verl_scores_it(tok, o) for o in outputs]
-        results = [compute_score(DATA_SOURCE, t, gt) for t, gt in zip(texts, gts, strict=True)]
-        extra = {k: [r[k] for r in results] for k in results[0]}
         # verl's own writer, as RayPPOTrainer._log_rollout_data calls it
-        RayPPOTrainer._write_generations(inputs, texts, gts, [r["score"] for r in results], extra, str(folder), step)
+        write_verl_dump(tok, outputs, [r["reward_model"]["ground_truth"] for r in rows for _ in range(2)], folder, step)
     return folder
 
 

@@ -1,5 +1,6 @@
-"""Our tools inside verl 0.9.1's real ToolAgentLoop: real Qwen2.5 tokenizer, our YAML through verl's loader,
-verl's composed config. Only the LLM server is a stand-in (testkit.scripted_llm: scripted turns as tokens)."""
+"""Our tools inside verl 0.9.1's real ToolAgentLoop, run as the recipe's agent loop (recipes/agent_loop.py): real
+Qwen2.5 tokenizer, our YAML through verl's loader, verl's composed config. Only the LLM server is a stand-in
+(recipes.standins.scripted_llm: scripted turns as tokens)."""
 
 import asyncio
 import time
@@ -7,12 +8,14 @@ import time
 import pytest
 
 from data_prep.gsm8k_rows import SourceRecord, build_row
+from recipes import agent_loop_inprocess as harness
+from recipes.agent_loop import ScoredToolAgentLoop
 from recipes.constants import CALC_GSM8K_REWARD, CALCULATOR, DATA_SOURCE
+from recipes.cpu_backend.qwen_tokenizer import load_qwen25_tokenizer
 from recipes.reward import compute_score
+from recipes.standins.scripted_llm import ScriptedLLM, tool_call
 from recipes.tool_sets import get_tool_set
-from testkit import agent_loop_harness as harness
-from testkit.qwen_tokenizer import load_qwen25_tokenizer
-from testkit.scripted_llm import ScriptedLLM, tool_call
+from recipes.trajectory import model_text, split_turns
 
 QUESTION = "Natalia sold 48 clips in April and half as many in May. How many clips did she sell in total?"
 
@@ -46,7 +49,7 @@ def rollout(tok, config, tools, turns, row=None):
     server = ScriptedLLM(tok, lambda prompt: turns)
 
     async def go():
-        return await harness.run_rollout(config, tok, server, tools, row or make_row())
+        return await harness.run_rollout(config, tok, server, tools, row or make_row(), ScoredToolAgentLoop)
 
     return asyncio.run(go()), server
 
@@ -65,8 +68,13 @@ def segments(tok, output):
 
 
 def reward(tok, output, ground_truth="72", **kw):
-    text = harness.response_text_as_verl_scores_it(tok, output)
-    return compute_score(DATA_SOURCE, text, ground_truth, extra_info={}, **kw)
+    """The recipe's reward, with reward_kwargs `kw`, on what the model wrote as the response mask says."""
+    text = model_text(split_turns(output.response_ids, output.response_mask,
+                                  lambda ids: tok.decode(ids, skip_special_tokens=True)))
+    result = compute_score(DATA_SOURCE, text, ground_truth, extra_info={}, **kw)
+    if not kw:  # the config's own kwargs: what the loop handed verl
+        assert output.reward_score == result["score"], (output.reward_score, result)
+    return result
 
 
 def test_calculator_turn_then_answer(tok, config, tools):
@@ -172,11 +180,9 @@ def test_an_unclosed_call_is_answered_too(tok, config, tools):
 
 
 def test_the_recipe_loop_still_respects_the_turn_limit(tok, tools):
-    from recipes.traced_agent_loop import TracedToolAgentLoop
-
     config = harness.compose_trainer_config("both", ("actor_rollout_ref.rollout.multi_turn.max_assistant_turns=2",))
     server = ScriptedLLM(tok, lambda prompt: [MALFORMED] * 5)
-    output = asyncio.run(harness.run_rollout(config, tok, server, tools, make_row(), TracedToolAgentLoop))
+    output = asyncio.run(harness.run_rollout(config, tok, server, tools, make_row(), ScoredToolAgentLoop))
     assert len(server.calls) == 2 and output.response_mask[-1] == 1
 
 
@@ -209,6 +215,7 @@ def test_the_worker_survives_many_hostile_rollouts_at_once(tok, roomy_config, to
 def test_a_number_only_in_the_tool_response_earns_nothing(tok, config, tools):
     turns = [tool_call(CALCULATOR, expression="70+2"), "I am not sure what the total is."]
     output, _ = rollout(tok, config, tools, turns)
-    assert "<tool_response>\n72\n</tool_response>" in harness.response_text_as_verl_scores_it(tok, output)
+    # verl's own decode of the whole response (what its reward manager would have scored) holds the number
+    assert "<tool_response>\n72\n</tool_response>" in tok.decode(output.response_ids, skip_special_tokens=True)
     for method in ("strict", "flexible"):
         assert reward(tok, output, method=method)["score"] == 0.0

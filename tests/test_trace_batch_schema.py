@@ -8,13 +8,13 @@ import asyncio
 import numpy as np
 
 from data_prep.gsm8k_rows import SourceRecord, build_row
+from recipes import agent_loop_inprocess as harness
+from recipes.agent_loop import ScoredToolAgentLoop
 from recipes.constants import CALCULATOR
+from recipes.cpu_backend.qwen_tokenizer import load_qwen25_tokenizer
+from recipes.standins.scripted_llm import ScriptedLLM, tool_call
+from recipes.standins.weave_memory_server import install_memory_weave_client
 from recipes.tool_sets import get_tool_set
-from recipes.traced_agent_loop import TracedToolAgentLoop
-from testkit import agent_loop_harness as harness
-from testkit.qwen_tokenizer import load_qwen25_tokenizer
-from testkit.scripted_llm import ScriptedLLM, tool_call
-from testkit.weave_memory_server import install_memory_weave_client
 
 QUESTION, ANSWER = "Tom reads 12 pages a day for 6 days. How many pages?", "72"
 SCRIPT = [tool_call(CALCULATOR, expression="12*6"), "#### 72"]
@@ -44,7 +44,7 @@ def rollout_batch(worker, config, tokenizer, tools, trace: bool):
     async def one(rollout_n):
         with rollout_trace_attr(step=1, sample_index=0, rollout_n=rollout_n, validate=False, trace=trace):
             output = await harness.run_rollout(config, tokenizer, ScriptedLLM(tokenizer, lambda _: SCRIPT), tools, row,
-                                               TracedToolAgentLoop)
+                                               ScoredToolAgentLoop)
         return await worker._agent_loop_postprocess(output, False, **kwargs)
 
     async def both():

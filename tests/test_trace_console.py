@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from testkit.weave_http_server import loopback_wandb
+from recipes.standins.weave_http_server import loopback_wandb
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
 """One trajectory's trace root as W&B receives it: the real weave client over HTTP to the loopback W&B stand-in
-(testkit.weave_http_server), verl's tracing path, the recipe's agent loop with the calculator tool. The root
+(recipes.standins.weave_http_server), verl's tracing path, the recipe's agent loop with the calculator tool. The root
 must read as a conversation: reward and correctness first, then the turns as chat messages in the OpenAI
 shape the Weave UI shows as a chat (weave-js ChatView: isTraceCallChatFormatOpenAI, isMessage, isToolCall)."""
 
@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 
 from data_prep.gsm8k_rows import SourceRecord, build_row
+from recipes import agent_loop_inprocess as harness
+from recipes.agent_loop import ScoredToolAgentLoop
 from recipes.constants import CALCULATOR
+from recipes.cpu_backend.qwen_tokenizer import load_qwen25_tokenizer
+from recipes.standins.scripted_llm import ScriptedLLM, tool_call
+from recipes.standins.weave_http_server import loopback_wandb
 from recipes.tool_sets import get_tool_set
-from recipes.traced_agent_loop import TracedToolAgentLoop
 from recipes.tracing import CHAT_OP
-from testkit import agent_loop_harness as harness
-from testkit.qwen_tokenizer import load_qwen25_tokenizer
-from testkit.scripted_llm import ScriptedLLM, tool_call
-from testkit.weave_http_server import loopback_wandb
 
 QUESTION = "Natalia sold 48 clips in April and half as many in May. How many in total?"
 TURNS = [tool_call(CALCULATOR, expression="48/2"), "48 + 24 = 72 clips.\n#### 72"]
@@ -38,7 +38,7 @@ def received():
 
     async def rollout():
         with rollout_trace_attr(step=3, sample_index=0, rollout_n=0, validate=False):
-            return await harness.run_rollout(config, tok, llm, tools, row, TracedToolAgentLoop)
+            return await harness.run_rollout(config, tok, llm, tools, row, ScoredToolAgentLoop)
 
     with pytest.MonkeyPatch.context() as env, loopback_wandb() as wandb:
         for name, value in wandb.env.items():

@@ -1,6 +1,6 @@
 """No trace lost, across processes: the recipe's agent-loop worker, created by the manager class the recipe
 config names, runs as a real Ray async actor with the real weave client and verl's own generate_sequences;
-W&B is a loopback stand-in (testkit.weave_http_server) that can go down and come back; the trace relay and
+W&B is a loopback stand-in (recipes.standins.weave_http_server) that can go down and come back; the trace relay and
 the upload command run as the launcher and a user would run them (real processes). Figures: calls made vs
 calls received, complete (start and end)."""
 
@@ -18,14 +18,14 @@ import pytest
 from ray import cloudpickle
 
 from data_prep.gsm8k_rows import SourceRecord, build_row
+from recipes import agent_loop_inprocess as harness
 from recipes.constants import CALCULATOR
+from recipes.cpu_backend.qwen_tokenizer import build_tiny_qwen2_model_dir, default_cache_dir, load_qwen25_tokenizer
+from recipes.standins.scripted_llm import ScriptedLLM, tool_call
+from recipes.standins.weave_http_server import API_KEY, loopback_wandb
 from recipes.tool_sets import get_tool_set
 from recipes.tracing import TRACE_RELAY_ENV
-from testkit import agent_loop_harness as harness
-from testkit.qwen_tokenizer import build_tiny_qwen2_model_dir, default_cache_dir, load_qwen25_tokenizer
 from testkit.relay_process import RelayProcess
-from testkit.scripted_llm import ScriptedLLM, tool_call
-from testkit.weave_http_server import API_KEY, loopback_wandb
 
 pytestmark = pytest.mark.timeout(400)
 

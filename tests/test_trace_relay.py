@@ -10,11 +10,11 @@ import time
 
 import pytest
 
+from recipes.standins.weave_http_server import API_KEY, loopback_wandb
 from recipes.trace_relay.relay import TraceRelay
 from recipes.trace_relay.spool import Record, Spool, SpoolBusy
 from recipes.trace_relay.upstream import Upstream
 from recipes.tracing import TRACE_RELAY_ENV, use_trace_relay
-from testkit.weave_http_server import API_KEY, loopback_wandb
 
 CLIENT = """
 import os, sys

@@ -1,7 +1,7 @@
 """A relay that dies mid-run loses no trace: it is started again on the same address, which stays open meanwhile.
 
 Real processes: two weave clients trace steps of calls through the relay and flush after each (as the
-agent-loop workers do). W&B (the stand-in, testkit.weave_http_server) goes down, so the relay holds a step it
+agent-loop workers do). W&B (the stand-in, recipes.standins.weave_http_server) goes down, so the relay holds a step it
 acknowledged but could not forward; then the relay is killed with SIGKILL and stays down longer than weave's
 retry window while the clients go on tracing. Every call must reach W&B once it is back, exactly once."""
 
@@ -17,11 +17,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from recipes.standins.weave_http_server import API_KEY, loopback_wandb
 from recipes.trace_relay.protocol import RELAY_HEALTH_PATH
 from recipes.trace_relay.spool import Spool
 from recipes.tracing import TRACE_RELAY_ENV
 from testkit.relay_process import RelayProcess
-from testkit.weave_http_server import API_KEY, loopback_wandb
 
 pytestmark = pytest.mark.timeout(120)
 

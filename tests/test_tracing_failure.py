@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from testkit.weave_http_server import API_KEY, loopback_wandb
+from recipes.standins.weave_http_server import API_KEY, loopback_wandb
 
 WORKER = """
 import asyncio, logging, sys
@@ -40,7 +40,7 @@ print(asyncio.run(Loop().run()))
 
 
 def run_worker(repo_root, tmp_path, **env):
-    from testkit.qwen_tokenizer import build_tiny_qwen2_model_dir, default_cache_dir
+    from recipes.cpu_backend.qwen_tokenizer import build_tiny_qwen2_model_dir, default_cache_dir
 
     model_dir = build_tiny_qwen2_model_dir(default_cache_dir() / "tiny-qwen2")
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB", "WF_"))}

@@ -8,14 +8,14 @@ import contextvars
 import pytest
 
 from data_prep.gsm8k_rows import SourceRecord, build_row
-from recipes.constants import CALCULATOR, DATA_SOURCE
+from recipes import agent_loop_inprocess as harness
+from recipes.agent_loop import ScoredToolAgentLoop
+from recipes.constants import CALCULATOR
+from recipes.cpu_backend.qwen_tokenizer import load_qwen25_tokenizer
+from recipes.standins.scripted_llm import ScriptedLLM, tool_call
+from recipes.standins.weave_memory_server import install_memory_weave_client
 from recipes.tool_sets import get_tool_set
-from recipes.traced_agent_loop import TracedToolAgentLoop
 from recipes.tracing import CHAT_OP, ROLLOUT_SUMMARY, TOKEN_FIELDS, TextOnlyTracer
-from testkit import agent_loop_harness as harness
-from testkit.qwen_tokenizer import load_qwen25_tokenizer
-from testkit.scripted_llm import ScriptedLLM, tool_call
-from testkit.weave_memory_server import install_memory_weave_client
 
 PROJECT = "gsm8k-tracing-test"
 QUESTIONS = {
@@ -52,7 +52,7 @@ def traced_run():
         sample_index, rollout_n = key
         with rollout_trace_attr(step=7, sample_index=sample_index, rollout_n=rollout_n, validate=False,
                                 trace=key not in UNTRACED):  # as AgentLoopWorker._run_agent_loop does
-            return await harness.run_rollout(config, tok, llm, tools, rows[sample_index], TracedToolAgentLoop)
+            return await harness.run_rollout(config, tok, llm, tools, rows[sample_index], ScoredToolAgentLoop)
 
     async def all_rollouts():
         results = await asyncio.gather(*(one(key) for key in SCRIPTS))
@@ -74,7 +74,7 @@ def children(calls, parent_id):
 
 def test_one_root_per_traced_trajectory_with_group_attributes(traced_run):
     root_calls = roots(traced_run["calls"])
-    assert all("TracedToolAgentLoop.run" in c["op_name"] for c in root_calls)
+    assert all("ScoredToolAgentLoop.run" in c["op_name"] for c in root_calls)
     seen = {(c["attributes"]["sample_index"], c["attributes"]["rollout_n"]) for c in root_calls}
     assert seen == set(SCRIPTS) - UNTRACED and len(root_calls) == len(seen)
     for call in root_calls:
@@ -85,22 +85,16 @@ def test_one_root_per_traced_trajectory_with_group_attributes(traced_run):
 
 
 def test_root_carries_reward_and_what_the_model_did(traced_run):
-    from verl.trainer.ppo.reward import get_custom_reward_fn
-
     by_key = {(c["attributes"]["sample_index"], c["attributes"]["rollout_n"]): c for c in roots(traced_run["calls"])}
     expected = {(0, 0): (1.0, True, 1, 0), (0, 1): (0.0, False, 0, 0), (1, 0): (1.0, True, 2, 1)}
-    reward_fn = get_custom_reward_fn(traced_run["config"])
     for key, (reward, correct, tool_calls, tool_errors) in expected.items():
         out = by_key[key]["output"]
         assert (out["reward"], out["correct"], out["num_tool_calls"], out["num_tool_errors"]) == (
             reward, correct, tool_calls, tool_errors), key
         assert out["ground_truth"] == QUESTIONS[key[0]][1]
         assert out["final_answer"].endswith(SCRIPTS[key][-1].split("\n")[-1])
-        # the trace's reward is the trained one: verl's loader, verl's decode of the same trajectory
-        trained = reward_fn(data_source=DATA_SOURCE, ground_truth=QUESTIONS[key[0]][1], extra_info={},
-                            solution_str=harness.response_text_as_verl_scores_it(traced_run["tok"],
-                                                                                 traced_run["outputs"][key]))
-        assert out["reward"] == trained["score"]
+        # the trace's reward is the trained one: the score the loop handed verl for this trajectory
+        assert out["reward"] == traced_run["outputs"][key].reward_score
         assert by_key[key]["inputs"]["kwargs"]["raw_prompt"][1]["content"].startswith(QUESTIONS[key[0]][0])
 
 
@@ -206,4 +200,4 @@ def test_workers_build_the_recipe_loop_from_the_agent_loop_yaml(repo_root):
         config=registry["tool_agent"], trainer_config=DictConfigWrap(config=config), server_manager=None,
         tokenizer=tok, processor=None, hf_model_type="qwen2", dataset_cls=RLHFDataset,
         data_config=DictConfigWrap(config.data), tools=ToolListWrap(harness.load_tools(config)))
-    assert type(loop) is TracedToolAgentLoop and list(loop.tools) == [CALCULATOR]
+    assert type(loop) is ScoredToolAgentLoop and list(loop.tools) == [CALCULATOR]

@@ -1,7 +1,7 @@
 """Held-out accuracy and tool-call rate of a model folder, in-process, through verl's real ToolAgentLoop.
 
 The recipe's config, agent loop, tool-call parser, calculator and reward (recipes/reward.py, strict); the only
-stand-in is the LLM server: the CPU rollout server the training run uses (testkit.cpu_verl.server), without
+stand-in is the LLM server: the CPU rollout server the training run uses (recipes.cpu_backend.server), without
 steering, so every token is the model's. A fast in-process scorer (seconds, no Ray) for choosing the SFT budget
 among `sft.py --save_every` checkpoints; scripts/learn_cpu.sh scores its runs through the user's path instead
 (`DEVICE=cpu scripts/eval_gsm8k.sh`). On one SFT start and the same 256 rows the two agreed within sampling
@@ -29,9 +29,9 @@ def evaluate(model_dir: Path, data_dir: Path, tool_set: str, temperature: float,
     import pyarrow.parquet as pq
     from verl.workers.config import RolloutConfig
 
-    from testkit import agent_loop_harness as harness
-    from testkit.cpu_verl import ROLLOUT_NAME
-    from testkit.cpu_verl.server import CpuRolloutServer
+    from recipes import agent_loop_inprocess as harness
+    from recipes.cpu_backend import ROLLOUT_NAME
+    from recipes.cpu_backend.server import CpuRolloutServer
 
     config = harness.compose_trainer_config(tool_set, OVERRIDES)
     rollout = config.actor_rollout_ref.rollout
@@ -48,11 +48,10 @@ def evaluate(model_dir: Path, data_dir: Path, tool_set: str, temperature: float,
 
 
 def score_rollouts(config, tok, server, rows: list[dict], tool_set: str, temperature: float) -> dict:
-    """One rollout per row through verl's ToolAgentLoop, scored by the recipe's reward as verl's reward manager
-    scores it (the response decoded with special tokens skipped): strict accuracy and tool-call rate."""
-    from recipes.constants import DATA_SOURCE
-    from recipes.reward import compute_score
-    from testkit import agent_loop_harness as harness
+    """One rollout per row through the recipe's agent loop, which scores it as training does (the model's turns,
+    the recipe's reward, strict): accuracy and tool-call rate."""
+    from recipes import agent_loop_inprocess as harness
+    from recipes.agent_loop import REWARD_EXTRA_INFO, ScoredToolAgentLoop
 
     tools = harness.load_tools(config) if tool_set != "none" else []
     sampling = {**harness.SAMPLING_PARAMS, "temperature": temperature}
@@ -60,7 +59,7 @@ def score_rollouts(config, tok, server, rows: list[dict], tool_set: str, tempera
     async def all_rows():
         outputs = []
         for row in rows:  # one at a time: the model generates one request at a time anyway
-            loop = harness.build_agent_loop(config, tok, server, tools)
+            loop = harness.build_agent_loop(config, tok, server, tools, ScoredToolAgentLoop)
             extra = {**row["extra_info"], "tools_kwargs": row["extra_info"].get("tools_kwargs") or {}}
             kwargs = harness.row_kwargs({**row, "extra_info": extra})  # tools-off rows carry no tools_kwargs
             kwargs.pop("agent_name")
@@ -68,9 +67,8 @@ def score_rollouts(config, tok, server, rows: list[dict], tool_set: str, tempera
         return outputs
 
     correct = calls = 0
-    for row, output in zip(rows, asyncio.run(all_rows()), strict=True):
-        text = tok.decode(output.response_ids, skip_special_tokens=True)
-        score = compute_score(DATA_SOURCE, text, row["reward_model"]["ground_truth"], extra_info=row["extra_info"])
+    for output in asyncio.run(all_rows()):
+        score = output.extra_fields[REWARD_EXTRA_INFO]
         correct += score["acc_strict"]
         calls += score["num_tool_calls"] > 0
     return {"n": len(rows), "acc": correct / len(rows), "tool_call_rate": calls / len(rows)}

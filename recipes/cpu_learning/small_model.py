@@ -2,7 +2,7 @@
 
 Qwen's 151k-token vocabulary makes a tiny model almost all embedding, and verl computes full-vocabulary logits at
 every position; a vocabulary of ~1k tokens cuts that cost by two orders of magnitude. The tokenizer keeps what the
-recipe's path depends on: Qwen2.5's chat template (testkit.qwen_tokenizer, hermes tools), its markers as added
+recipe's path depends on: Qwen2.5's chat template (cpu_backend.qwen_tokenizer, hermes tools), its markers as added
 tokens (<|im_start|>, <|im_end|>, <|endoftext|> special; <tool_call>, </tool_call>, <tool_response>,
 </tool_response> plain, so they survive decode(skip_special_tokens=True) as with Qwen, where the reward reads
 them), byte-level BPE (any text round-trips) and every digit a token of its own. Text identical in every
@@ -19,7 +19,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from testkit.qwen_tokenizer import QWEN25_CHAT_TEMPLATE
+from recipes.cpu_backend.qwen_tokenizer import QWEN25_CHAT_TEMPLATE
 
 SPECIAL = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 PLAIN_ADDED = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>")

@@ -23,7 +23,7 @@ def expression_of(row: dict) -> str:
 
 
 def call_text(expression: str) -> str:
-    """A hermes tool call as Qwen2.5 writes one (the format testkit.scripted_llm.tool_call also writes)."""
+    """A hermes tool call as Qwen2.5 writes one (the format recipes.standins.scripted_llm.tool_call also writes)."""
     return f'<tool_call>\n{json.dumps({"name": CALCULATOR, "arguments": {"expression": expression}})}\n</tool_call>'
 
 

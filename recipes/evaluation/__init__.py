@@ -1,1 +1,1 @@
-"""Evaluation helpers: scoring validation dumps, publishing them to Weave, checkpoint export."""
+"""Evaluation helpers: summarizing validation dumps, publishing them to Weave, checkpoint export."""

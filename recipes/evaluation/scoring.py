@@ -1,4 +1,6 @@
-"""Score a validation dump the way training does (recipes.reward), strict and flexible, with pass@k."""
+"""Summarize a validation dump: strict and flexible accuracy, tool use and pass@k, read from the scores the run's
+agent loop gave each trajectory (recipes/agent_loop.py: the recipe's reward on the model's own turns), which verl
+writes into every dump line. Nothing is scored twice: a dump line is what training and validation saw."""
 
 from __future__ import annotations
 
@@ -6,8 +8,8 @@ from collections import defaultdict
 from math import comb
 from statistics import mean
 
-from recipes.constants import DATA_SOURCE
-from recipes.reward import compute_score
+# what recipes/reward.py returns and verl dumps beside each line's "score"
+SCORE_FIELDS = ("acc_strict", "acc_flexible", "format_ok", "num_tool_calls", "num_bad_tool_calls", "pred")
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -18,8 +20,12 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 def score_record(record: dict) -> dict:
-    """One dump line (output, gts) scored by the training reward: acc_strict, acc_flexible, format_ok, tool calls..."""
-    return compute_score(DATA_SOURCE, str(record["output"]), str(record["gts"]))
+    """One dump line's scores (SCORE_FIELDS), as its run's agent loop gave them."""
+    missing = [key for key in SCORE_FIELDS if key not in record]
+    if missing:
+        raise ValueError(f"a dump line has no {', '.join(missing)}: the run's reward function "
+                         "(reward.custom_reward_function) must return recipes/reward.py's keys")
+    return {key: record[key] for key in SCORE_FIELDS}
 
 
 def summarize(records: list[dict], ks: tuple[int, ...] = (1,)) -> dict:

@@ -11,10 +11,10 @@ Evaluation logged with weave's own `EvaluationLogger`:
   row digest exactly as it does for `weave.Evaluation`. The question is cut out of the chat-templated
   prompt, so the rows are the same for every step and for tools on or off;
 - one prediction per dump line (several per row when validation sampled n > 1), output = the response text
-  and the final answer, scored by the recipe's reward code: one scorer, SCORER, whose value holds every
-  metric under fixed names (SCORE_KEYS). One scorer call per prediction instead of one per metric: 1319
-  predictions x 7 scorer calls took 60-100 s on 2 cores, a single dict-valued scorer about 6x less, and the
-  compare view shows each key of a dict score as its own metric;
+  and the final answer, with the scores the run's agent loop gave it (in the dump): one scorer, SCORER, whose
+  value holds every metric under fixed names (SCORE_KEYS). One scorer call per prediction instead of one per
+  metric: 1319 predictions x 7 scorer calls took 60-100 s on 2 cores, a single dict-valued scorer about 6x
+  less, and the compare view shows each key of a dict score as its own metric;
 - summary: `recipes.evaluation.scoring.summarize` (what scripts/eval_summary.py prints), under "output".
 
 De-duplication: every Evaluation carries `attributes[EVAL_ATTRIBUTE]["key"]` = experiment/step/dump digest;
@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from recipes.constants import INSTRUCTION
-from recipes.evaluation.scoring import score_record, summarize
+from recipes.evaluation.scoring import SCORE_FIELDS, score_record, summarize
 from recipes.rollout_report.dumps import parse_dump
 from recipes.trajectory import count_tool_errors
 
@@ -49,7 +49,7 @@ SCORER = "gsm8k_reward"
 SCORE_KEYS = ("strict_correct", "flexible_correct", "format_ok", "tool_calls", "bad_tool_calls", "tool_errors",
               "reward")
 _DUMP_FILE = re.compile(r"^(\d+)\.jsonl$")
-_REQUIRED_KEYS = ("input", "output", "gts")
+_REQUIRED_KEYS = ("input", "output", "gts", "score", *SCORE_FIELDS)
 
 
 class DumpError(ValueError):
@@ -139,8 +139,8 @@ def question_row(record: dict) -> dict:
 
 
 def prediction(record: dict) -> tuple[dict, dict]:
-    """(output, scores) of one dump line, scored by the recipe's reward code. `reward` is what training paid
-    (the dump's score, with the run's reward method and tool bonus)."""
+    """(output, scores) of one dump line, as the run scored it. `reward` is what training paid (the dump's score,
+    with the run's reward method and tool bonus)."""
     result = score_record(record)
     output = {"response": str(record["output"]), "final_answer": result["pred"]}
     scores = {

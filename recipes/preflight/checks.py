@@ -138,7 +138,7 @@ def check_tracing(config: DictConfig, report: Report) -> None:
 
 
 def on_cpu_platform() -> bool:
-    """scripts/smoke_cpu.sh: verl runs on testkit/cpu_verl's CPU platform, no GPU or GPU env to check."""
+    """scripts/smoke_cpu.sh: verl runs on recipes/cpu_backend's CPU platform, no GPU or GPU env to check."""
     return os.environ.get("VERL_PLATFORM") == "cpu"
 
 
@@ -147,7 +147,7 @@ def check_cpu_rollout(config: DictConfig, report: Report) -> None:
     there would fail minutes later, inside Ray."""
     if not on_cpu_platform():
         return
-    from testkit.cpu_verl.rollout import ROLLOUT_NAME
+    from recipes.cpu_backend import ROLLOUT_NAME  # the package holds the name only: nothing of Ray or torch
 
     name = config.actor_rollout_ref.rollout.name
     if name != ROLLOUT_NAME:

@@ -8,12 +8,12 @@ What it keeps of SGLang's contract with verl:
   version); SGLang's length rule (an explicit max_new_tokens/max_tokens, else
   min(response_length, prompt_length + response_length - len(prompt_ids)));
   stops at the model's EOS tokens and at `stop_token_ids` (what verl's tool parsers add), the stop token included.
-- weights arrive from the trainer (testkit.cpu_verl.rollout.CpuRolloutAdapter) after every actor update; each
+- weights arrive from the trainer (recipes.cpu_backend.rollout.CpuRolloutAdapter) after every actor update; each
   load records the weights version and a checksum (`record`), the smoke test's evidence that training changed
   the weights and that a resumed run starts from the saved ones.
 - sleep/wake_up, KV-cache release/resume, abort/resume, profiling: no-ops (no accelerator memory to free).
 
-The one departure, the steering of some first turns into a tool call, is testkit.cpu_verl.steering.
+The one departure, the steering of some first turns into a tool call, is recipes.cpu_backend.steering.
 Generation runs in a thread, one request at a time per replica, so control calls stay answered meanwhile.
 """
 
@@ -27,8 +27,8 @@ from typing import Any
 
 import torch
 
-from testkit.cpu_verl.generation import Sampling, generate
-from testkit.cpu_verl.steering import forced_tool_call, is_first_turn, prompt_key
+from recipes.cpu_backend.generation import Sampling, generate
+from recipes.cpu_backend.steering import forced_tool_call, is_first_turn, prompt_key
 
 # Each event is printed and, when this variable names a file, appended to it as one JSON line: the smoke
 # test's evidence (Ray's forwarding of actor prints to the driver log is best-effort).

@@ -1,6 +1,6 @@
 """Stand-in for W&B (its GraphQL API and its Weave trace server) on 127.0.0.1, spoken to over real HTTP.
 
-Unlike testkit.weave_memory_server (which hands the weave client an in-process server object), this puts
+Unlike recipes.standins.weave_memory_server (which hands the weave client an in-process server object), this puts
 the whole client in play: its HTTP transport, batching, retries, flush, exit behaviour and response cache.
 It answers what the real weave 0.54 client sends (/server_info, the GraphQL project, viewer and UpsertModel
 requests of weave.init, the trace writes, and the reads /calls/stream_query, /calls/query_stats, /obj/read,
@@ -30,9 +30,9 @@ from pathlib import Path
 
 from weave.trace.trace_server_converter import universal_ext_to_int_ref_converter
 
+from recipes.standins.weave_memory_server import MemoryTraceServer
 from recipes.trace_relay import protocol
 from recipes.trace_relay.http import LoopbackHTTPServer, Request, Response
-from testkit.weave_memory_server import MemoryTraceServer
 
 API_KEY = "loopback-" + "0" * 31  # any string: the stand-in checks nothing
 USERNAME = "loopback-user"

@@ -5,7 +5,7 @@ process-group setup cannot do on a CPU:
 - verl initialises the process group with backend "cpu:gloo,<device>:<backend>", which for device "cpu" reads
   "cpu:gloo,cpu:gloo" and torch refuses (duplicate device type). A worker-group rank (RANK, WORLD_SIZE and
   MASTER_ADDR/PORT set by verl's RayWorkerGroup) gets a plain gloo group here first; verl then keeps it.
-- registers the CPU FSDP2 engine (testkit.cpu_verl.engine) in that rank.
+- registers the CPU FSDP2 engine (recipes.cpu_backend.engine) in that rank.
 
 Other processes that build an HFModelConfig (rollout servers, agent-loop workers) import this module too:
 they are no worker-group rank, and nothing happens there.
@@ -32,4 +32,4 @@ def init_gloo_process_group() -> bool:
 
 
 if init_gloo_process_group():
-    import testkit.cpu_verl.engine  # noqa: F401  (registers the engine)
+    import recipes.cpu_backend.engine  # noqa: F401  (registers the engine)

@@ -1,11 +1,11 @@
-"""Build and run verl's real agent loop the way verl's AgentLoopWorker does, minus Ray and the LLM server.
+"""verl's real agent loop in this process, built the way verl's AgentLoopWorker builds it, without Ray.
 
-The config is the recipe's own (config/gsm8k_multiturn_grpo.yaml over verl's ppo_trainer, composed by the
-preflight's composer with the paths the launcher sets), so a change to the recipe's YAML reaches every test
-that runs a rollout; the tools come from our YAML through verl's loader, the tokenizer is the offline
-Qwen2.5 one, and the only stand-in is the LLM server client (testkit.scripted_llm). Runs inside the
-caller's event loop (the agent loop
-captures the running loop when constructed).
+For what needs trajectories but no trainer: the CPU learning check's quick scorer (recipes/cpu_learning/evaluate.py),
+the benchmarks (scripts/bench_*.py) and the tests. The config is the recipe's own (config/gsm8k_multiturn_grpo.yaml
+over verl's ppo_trainer, composed by the preflight's composer with the paths the launcher sets), so a change to
+the recipe's YAML reaches every caller; the tools come from our YAML through verl's loader. The caller brings the
+tokenizer and the LLM server client (the CPU rollout server, or a stand-in from recipes/standins/). Runs inside
+the caller's event loop (the agent loop captures the running loop when constructed).
 """
 
 from __future__ import annotations
@@ -69,8 +69,3 @@ async def run_rollout(config, tokenizer, server, tools, row: dict, loop_class=No
     kwargs = row_kwargs(row)
     kwargs.pop("agent_name")
     return await agent_loop.run(dict(SAMPLING_PARAMS), **kwargs)
-
-
-def response_text_as_verl_scores_it(tokenizer, output) -> str:
-    """What verl's naive reward manager passes as `solution_str`: the response decoded, special tokens skipped."""
-    return tokenizer.decode(output.response_ids, skip_special_tokens=True)

@@ -1,7 +1,7 @@
 """Stand-in for verl's SGLang rollout backend (`SGLangReplica` and the trainer-side `ServerAdapter`) on the CPU:
 verl 0.9.1 ships no rollout that runs without a GPU (SGLang has no CPU backend; HFRollout is sync-only dead code).
 
-Registered as rollout "hf_cpu" (testkit.cpu_verl.plugin) and selected with `actor_rollout_ref.rollout.name=hf_cpu`.
+Registered as rollout "hf_cpu" (recipes.cpu_backend.plugin) and selected with `actor_rollout_ref.rollout.name=hf_cpu`.
 Two halves, as in verl:
 - `CpuRolloutReplica` (in the trainer's driver): starts one `CpuRolloutServer` Ray actor per replica, the actor
   verl's agent loop sends its generate calls to, plus the run's shared steering ledger.
@@ -21,11 +21,11 @@ import torch
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutMode, RolloutReplica
 
-from testkit.cpu_verl import ROLLOUT_NAME
-from testkit.cpu_verl.server import CpuRolloutServer
-from testkit.cpu_verl.steering import LEDGER_NAME, SteeringLedger
+from recipes.cpu_backend import ROLLOUT_NAME
+from recipes.cpu_backend.server import CpuRolloutServer
+from recipes.cpu_backend.steering import LEDGER_NAME, SteeringLedger
 
-# Steer the first of every N first turns of a prompt (testkit.cpu_verl.steering); 0 turns steering off.
+# Steer the first of every N first turns of a prompt (recipes.cpu_backend.steering); 0 turns steering off.
 # Set with actor_rollout_ref.rollout.engine_kwargs.hf_cpu.steer_every.
 DEFAULT_STEER_EVERY = 0
 

@@ -1,6 +1,8 @@
-"""verl 0.9.1's real trainer (`python -m verl.trainer.main_ppo`) on a machine without a GPU: CPU stand-ins for
-the parts verl only ships for accelerators, plugged in through verl's own extension points (no verl source is
-changed or patched). Used by scripts/smoke_cpu.sh (config/profile/cpu_smoke.yaml).
+"""The recipe's CPU backend: verl 0.9.1's real trainer (`python -m verl.trainer.main_ppo`) on a machine without a
+GPU, a device plugin as verl's own are (verl/plugin/platform/). CPU stand-ins for the parts verl only ships for
+accelerators, plugged in through verl's own extension points (no verl source is changed or patched). Users run it
+through scripts/smoke_cpu.sh (config/profile/cpu_smoke.yaml), `DEVICE=cpu scripts/eval_gsm8k.sh` and
+scripts/learn_cpu.sh (config/profile/cpu_learn.yaml); scripts/cpu_env.sh sets the environment it needs.
 
 - plugin.py        VERL_USE_EXTERNAL_MODULES target: registers the two below in every process
 - platform.py      the "cpu" platform (stands in for verl's CUDA platform plugin)
@@ -9,7 +11,7 @@ changed or patched). Used by scripts/smoke_cpu.sh (config/profile/cpu_smoke.yaml
 - steering.py      the one departure from an LLM: some first turns are written as a tool call
 - worker_setup.py  actor_rollout_ref.model.external_lib target: gloo process group, registers engine.py
 - engine.py        verl's FSDP2 engine registered for device "cpu"
-- trace_fault.py   the failing-weave.init variant: one chosen agent-loop worker's weave points at a closed port
+- qwen_tokenizer.py the Qwen2.5 tokenizer rebuilt offline (no hub) and the tiny random Qwen2 model the smoke trains
 """
 
 ROLLOUT_NAME = "hf_cpu"  # the CPU rollout backend (config/profile/cpu_smoke.yaml: actor_rollout_ref.rollout.name)

@@ -38,7 +38,7 @@ class MemoryTraceServer:
         self.objects: dict[str, Any] = {}
         self.tables: dict[str, list] = {}
         self.files: dict[str, bytes] = {}
-        # filled by the HTTP stand-in (testkit.weave_http_server), which digests like the real server
+        # filled by the HTTP stand-in (recipes.standins.weave_http_server), which digests like the real server
         self.object_versions: dict[tuple[str, str, str], Any] = {}  # (project_id, object_id, digest) -> val
         self.feedback: list[dict] = []
 

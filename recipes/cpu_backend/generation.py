@@ -4,7 +4,7 @@ model and its KV cache instead of SGLang's kernels.
 Sampling follows SGLang's parameters (temperature 0 = greedy, top_k -1 = off, top_p). Each token's log-prob
 is read from the same distribution it was drawn from (logits / temperature, as verl's actor computes its
 log-probs), so verl's rollout-vs-actor log-prob checks see real numbers. `forced` tokens (the steering, see
-testkit.cpu_verl.steering) are taken instead of sampled ones but scored by the model all the same.
+recipes.cpu_backend.steering) are taken instead of sampled ones but scored by the model all the same.
 """
 
 from __future__ import annotations
