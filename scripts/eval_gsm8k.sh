@@ -11,6 +11,7 @@
 #
 # The launcher's knobs (PROFILE, MODEL_PATH, DATA_DIR, TOOL_SET, OUTPUT_DIR, ...) pass through with the
 # launcher's own defaults; only what evaluation changes is set here.
+HELP_KNOBS_OF=run_gsm8k_grpo.sh . "$(dirname "${BASH_SOURCE[0]}")/help.sh" "$@"  # -h/--help: usage, knobs; runs nothing
 set -euo pipefail
 
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

@@ -17,6 +17,7 @@
 # Last line: RESULT sft_acc=<a> final_acc=<b> tools_off_acc=<c> tool_call_rate=<d> wall_s=<s> sft_attempts=<n>
 # (held-out strict accuracies at EVAL_TEMPERATURE, the final checkpoint's tools-off accuracy and tool-call rate;
 # sft_attempts: inits tried until the SFT converged, 0 with SFT_MODEL).
+. "$(dirname "${BASH_SOURCE[0]}")/help.sh" "$@"  # -h/--help: usage, knobs; runs nothing
 set -euo pipefail
 
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

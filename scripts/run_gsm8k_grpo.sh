@@ -10,6 +10,7 @@
 # config/gsm8k_multiturn_grpo.yaml or a profile, and is changed with a hydra override. A preflight
 # (scripts/preflight.py) runs first and stops the launch, before any GPU work, on anything that would fail
 # or silently do nothing.
+. "$(dirname "${BASH_SOURCE[0]}")/help.sh" "$@"  # -h/--help: usage, knobs; runs nothing
 set -euo pipefail
 
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

@@ -12,6 +12,7 @@
 #   bash scripts/smoke_cpu.sh trainer.test_freq=1            # hydra overrides go to both launches, last
 #   RESUME_CHECK=0 bash scripts/smoke_cpu.sh                 # only the first launch
 #   TRACE=on LOGGER=console,wandb bash scripts/smoke_cpu.sh  # any launcher knob passes through
+. "$(dirname "${BASH_SOURCE[0]}")/help.sh" "$@"  # -h/--help: usage, knobs; runs nothing
 set -euo pipefail
 
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
