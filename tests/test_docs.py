@@ -159,3 +159,36 @@ def test_rerecording_another_way_replaces_how_and_drop_removes_a_row(measured, t
     names = [f.name for f in measured.read_page(page)]
     assert other not in names and len(names) == len(before) - 1
     assert measured.main(["--page", str(page), "--check"]) == 0
+
+
+def test_rewording_changes_a_rows_words_not_what_was_measured(measured, tmp_path):
+    page = tmp_path / "measured.md"
+    shutil.copy(measured.PAGE, page)
+    before = {f.name: f for f in measured.read_page(page)}
+    name = next(iter(before))
+    assert measured.main(["--page", str(page), "--reword", name, "--target", "≤ 9 s"]) == 0
+    after = {f.name: f for f in measured.read_page(page)}
+    assert after[name].target == "≤ 9 s"
+    assert (after[name].value, after[name].how, after[name].recorded) == \
+        (before[name].value, before[name].how, before[name].recorded)
+    assert all(after[n] == before[n] for n in before if n != name)
+    original = page.read_text()
+    assert measured.main(["--page", str(page), "--reword", name]) == 1  # nothing to change
+    assert measured.main(["--page", str(page), "--reword", "no_such_figure", "--how", "x"]) == 1
+    assert page.read_text() == original
+
+
+def test_the_pin_count_in_install_is_the_locks(repo_root):
+    lock = (repo_root / "requirements" / "gpu.txt").read_text()
+    pins = len(re.findall(r"^[A-Za-z0-9][\w.\-\[\],]*==", lock, re.M))  # as install_gpu_env.sh counts them
+    said = re.search(r"`requirements/gpu\.txt`: (\d+) pins", (repo_root / "docs" / "install.md").read_text())
+    assert said and int(said.group(1)) == pins, f"docs/install.md: {said and said.group(0)}; the lock has {pins}"
+
+
+def test_docs_and_scripts_name_no_internal_ticket(pages, repo_root):
+    """A reader has no access to the tracker that built this: say what a check is, not which ticket asked for it
+    (verl's own issues and PRs, public, are fine)."""
+    ticket = re.compile(r"(?<!verl )\bissue[- ]?#?\d+", re.I)
+    texts = {**pages, **{p: p.read_text() for p in (repo_root / "scripts").iterdir() if p.suffix in (".sh", ".py")}}
+    found = [f"{path.name}: {m.group(0)}" for path, text in texts.items() for m in ticket.finditer(text)]
+    assert not found, found
