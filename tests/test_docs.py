@@ -192,3 +192,28 @@ def test_docs_and_scripts_name_no_internal_ticket(pages, repo_root):
     texts = {**pages, **{p: p.read_text() for p in (repo_root / "scripts").iterdir() if p.suffix in (".sh", ".py")}}
     found = [f"{path.name}: {m.group(0)}" for path, text in texts.items() for m in ticket.finditer(text)]
     assert not found, found
+
+
+def test_the_documented_publish_evals_commands_get_past_their_arguments(pages, repo_root, tmp_path):
+    """Each `python scripts/publish_evals.py ...` the README, the docs and its own docstring show, placeholders
+    filled, must be refused only for what is missing here (no dump, no W&B key), never for its arguments."""
+    import os
+    import shlex
+    import subprocess
+    import sys
+
+    docstring = load_script("publish_evals").__doc__
+    texts = [*pages.values(), docstring]
+    commands = {m.group(0).replace("\\\n", " ") for text in texts
+                for m in re.finditer(r"python scripts/publish_evals\.py(?:[^\n#]|\\\n)*", text)}
+    assert len(commands) >= 3, commands  # the README's, docs/evaluation.md's, the docstring's two
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_API_KEY")}
+    env.update(HOME=str(tmp_path), PYTHONPATH=str(repo_root))
+    for command in sorted(commands):
+        args = re.sub(r"\[[^\]]*\]", "", command).replace("<exp>", "exp").replace("PID", "1")
+        script, *rest = shlex.split(args)[1:]
+        proc = subprocess.run([sys.executable, str(repo_root / script), *rest], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 1 and "usage:" not in proc.stderr, f"{command}\n{proc.stderr}"
+        refused = re.search(r"validation dir .* does not exist|no W&B credentials", proc.stderr)
+        assert refused, f"{command}\n{proc.stderr}"
