@@ -4,20 +4,33 @@ every agent-loop worker (recipes.tracing.quiet_call_links)."""
 from __future__ import annotations
 
 import os
+from urllib.parse import quote
+
+from recipes.credentials import wandb_base_url
 
 ENTITY_PLACEHOLDER = "<your W&B entity>"
 
 
 def weave_project_url(project: str, entity: str | None = None) -> str:
-    """The project's Weave page, as weave itself links it: the W&B app of WANDB_BASE_URL (api.wandb.ai ->
-    wandb.ai; a self-hosted W&B keeps its host). Without WANDB_ENTITY, weave.init traces to the key's default
-    entity, which only W&B knows: a placeholder stands for it."""
+    """The project's Weave page, the link weave itself prints: the W&B app serving WANDB_BASE_URL's API. Built
+    here without importing weave: the import starts weave's error reporting, which calls out to its service from
+    a preflight or dry run that was asked for no network. Without WANDB_ENTITY, weave.init traces to the key's
+    default entity, which only W&B knows: a placeholder stands for it."""
     entity = entity if entity is not None else os.environ.get("WANDB_ENTITY") or ENTITY_PLACEHOLDER
-    try:
-        from weave.trace.urls import project_weave_root_url
-    except ImportError:  # weave is checked elsewhere; the link is still worth printing
-        return f"https://wandb.ai/{entity}/{project}/weave"
-    return project_weave_root_url(entity, project)
+    return f"{wandb_app_url(wandb_base_url())}/{entity}/{quote(project)}/weave"
+
+
+def wandb_app_url(api_url: str) -> str:
+    """The web app of the W&B whose API is at api_url, as wandb and weave map it: WANDB_APP_URL when set; W&B's
+    cloud drops the API host's `api.` (api.wandb.ai -> wandb.ai), a dedicated cloud swaps it for `app.`, and a
+    self-hosted W&B serves both on one host."""
+    if os.environ.get("WANDB_APP_URL"):
+        return os.environ["WANDB_APP_URL"].strip("/")
+    if "://api.wandb." in api_url and "://api.wandb.test" not in api_url:
+        return api_url.replace("://api.", "://").strip("/")
+    if "://api." in api_url:
+        return api_url.replace("://api.", "://app.").strip("/")
+    return api_url
 
 
 def where_traces_go(weave_url: str, experiment: str, relay_mode: str = "off", spool_dir: str | None = None) -> str:

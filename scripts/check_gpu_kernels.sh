@@ -9,6 +9,7 @@
 #
 # Any CUDA on the machine (/usr/local/cuda, an nvcc on PATH, CUDA_HOME, CPATH...) is kept out of it: the env must
 # bring its own, so the check fails on a lock without a compiler even where a toolkit happens to be installed.
+. "$(dirname "${BASH_SOURCE[0]}")/help.sh" "$@"  # -h/--help: usage, knobs; runs nothing
 set -euo pipefail
 
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

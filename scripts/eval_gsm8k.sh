@@ -11,6 +11,7 @@
 #
 # The launcher's knobs (PROFILE, MODEL_PATH, DATA_DIR, TOOL_SET, OUTPUT_DIR, ...) pass through with the
 # launcher's own defaults; only what evaluation changes is set here.
+HELP_KNOBS_OF=run_gsm8k_grpo.sh . "$(dirname "${BASH_SOURCE[0]}")/help.sh" "$@"  # -h/--help: usage, knobs; runs nothing
 set -euo pipefail
 
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -19,7 +20,10 @@ DEVICE=${DEVICE:-gpu}                  # gpu | cpu: verl on recipes/cpu_backend'
 VAL_N=${VAL_N:-1}                      # samples per question; >1 gives pass@k (needs VAL_TEMPERATURE > 0)
 VAL_TEMPERATURE=${VAL_TEMPERATURE:-0}  # 0 = greedy
 PASS_K=${PASS_K:-$VAL_N}
-export EXPERIMENT_NAME=${EXPERIMENT_NAME:-eval_$(basename "${MODEL_PATH:-profile_model}")_${TOOL_SET:-default_tools}}
+EXPERIMENT_NAME=${EXPERIMENT_NAME:-}   # empty: eval_<model>_<TOOL_SET>[_n<VAL_N>_t<VAL_TEMPERATURE>], <model> being
+                                       # <experiment>_step<N> for an export (its exported_from.json), else the
+                                       # model's folder or hub name; it names OUTPUT_DIR and the Weave Evaluation
+OVERWRITE=${OVERWRITE:-0}              # 1: replace an earlier evaluation in OUTPUT_DIR (refused otherwise)
 export LOGGER=${LOGGER:-console}       # no W&B needed to evaluate
 export TRACE=${TRACE:-off}
 PUBLISH=${PUBLISH:-auto}               # Weave Evaluation of the result: auto (= when LOGGER has wandb) | 1 | 0
@@ -41,7 +45,25 @@ if [ "$VAL_N" -gt 1 ] && awk "BEGIN {exit !($VAL_TEMPERATURE <= 0)}"; then
   echo "error: VAL_N=$VAL_N samples at VAL_TEMPERATURE=$VAL_TEMPERATURE would all be identical (greedy); set VAL_TEMPERATURE=1.0" >&2
   exit 1
 fi
+if [ -z "$EXPERIMENT_NAME" ]; then
+  EXPERIMENT_NAME=$(PYTHONPATH="$REPO_ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -m recipes.evaluation.provenance \
+    eval-name "${MODEL_PATH:-}" "${TOOL_SET:-default_tools}" "$VAL_N" "$VAL_TEMPERATURE")
+fi
+export EXPERIMENT_NAME
 OUTPUT_DIR=$(PRINT_OUTPUT_DIR=1 bash "$REPO_ROOT/scripts/run_gsm8k_grpo.sh")
+# verl dumps an evaluation as step 0 of OUTPUT_DIR/validation: a second one there would silently replace the first
+if compgen -G "$OUTPUT_DIR/validation/*.jsonl" >/dev/null; then
+  if [ "$OVERWRITE" != 1 ]; then
+    echo "error: $OUTPUT_DIR/validation already holds an evaluation, which this one ($EXPERIMENT_NAME) would" \
+         "replace; set EXPERIMENT_NAME (or OUTPUT_DIR) to keep both, or OVERWRITE=1 to replace it" >&2
+    exit 1
+  fi
+  if [ "${DRY_RUN:-0}" = 1 ]; then
+    echo "# OVERWRITE=1: the evaluation would first remove the earlier one in $OUTPUT_DIR/validation"
+  else
+    rm -rf "$OUTPUT_DIR/validation"  # nothing of the earlier evaluation mixes into this one's summary
+  fi
+fi
 
 EVAL_OVERRIDES+=(
   "trainer.val_only=True"

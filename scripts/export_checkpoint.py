@@ -1,13 +1,15 @@
-"""Export a verl FSDP checkpoint to a Hugging Face model folder (wraps `python -m verl.model_merger merge`).
+"""Export a verl FSDP checkpoint to a Hugging Face model folder, and record beside it where it came from.
 
     python scripts/export_checkpoint.py outputs/<exp>/checkpoints --target_dir outputs/<exp>/hf [--step N]
         [--dtype checkpoint|bfloat16|float16|float32] [--force] [--dry_run]
 
 Picks the latest saved step (latest_checkpointed_iteration.txt) unless --step is given, checks the actor
-checkpoint is complete and the target is free, prints the merger command, then runs it: verl's FSDP merger,
-except that the weights keep the dtype they were trained in (verl's own casts them to bf16) unless --dtype says
-otherwise, and are readable as the umask allows. LoRA runs: verl's merger reads lora_train_meta.json in the same
-folder and handles the adapters itself.
+checkpoint is complete and the target is free, prints the merge command, then runs it:
+`python -m recipes.evaluation.merge_fsdp`, which is verl's FSDP model merger except that the weights keep the dtype
+they were trained in (verl's own casts them to bf16) unless --dtype says otherwise, and are readable as the umask
+allows. LoRA runs: verl's merger reads lora_train_meta.json in the same folder and handles the adapters itself.
+Then exported_from.json in the target names the experiment and step (recipes/evaluation/provenance.py), which
+scripts/eval_gsm8k.sh uses to name the evaluation: evaluations of different checkpoints never share a name.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import sys
 from pathlib import Path
 
 from recipes.evaluation.export import DTYPE_CHOICES, KEEP, ExportError, find_actor_dir, is_lora, merge_command
+from recipes.evaluation.provenance import EXPORT_RECORD, experiment_of, write_record
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,11 +41,17 @@ def main(argv: list[str] | None = None) -> int:
     except ExportError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    print(f"[export] {'LoRA ' if is_lora(actor) else ''}checkpoint {actor}")
+    target, step = Path(args.target_dir).expanduser(), int(actor.parent.name.rsplit("_", 1)[-1])
+    experiment = experiment_of(Path(args.checkpoint_root).expanduser())
+    print(f"[export] {'LoRA ' if is_lora(actor) else ''}checkpoint {actor} (experiment {experiment}, step {step})")
     print("[export] " + " ".join(shlex.quote(c) for c in command))
     if args.dry_run:
         return 0
-    return subprocess.call(command)
+    status = subprocess.call(command)
+    if status == 0:
+        write_record(target, actor, experiment, step)
+        print(f"[export] {target / EXPORT_RECORD}: experiment {experiment}, step {step} (names its evaluation)")
+    return status
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@
 # of every process of the env, and recipes/sglang_patch.py fixes SGLang 0.5.12's activation kernel for them.
 # Needs: Python 3.12 with venv, glibc >= 2.34, an NVIDIA driver >= 580 (CUDA 13), libnuma.so.1, gcc/g++ 10 to 15
 # and patch (nvcc's host compiler; apt-get install g++ patch), ~10 GB of disk.
+. "$(dirname "${BASH_SOURCE[0]}")/help.sh" "$@"  # -h/--help: usage, knobs; runs nothing
 set -euo pipefail
 
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -26,7 +27,7 @@ for arg in "$@"; do
   case "$arg" in
     --in-image) IN_IMAGE=1 ;;
     --warm-kernels) WARM_KERNELS=1 ;;
-    *) echo "usage: bash scripts/install_gpu_env.sh [--in-image] [--warm-kernels]" >&2; exit 2 ;;
+    *) echo "usage: bash scripts/install_gpu_env.sh [--in-image] [--warm-kernels] (--help: what each does)" >&2; exit 2 ;;
   esac
 done
 VENV=${VENV:-$REPO_ROOT/.venv-gpu}

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CPU learning check (issue 19): does the recipe's GRPO turn reward into better tool use? On a 2-core machine
+# The CPU learning check: does the recipe's GRPO turn reward into better tool use? On a 2-core machine
 # with no GPU and no hub: a synthetic one-step arithmetic task in GSM8K's format (recipes/cpu_learning/task.py)
 # prepared by the recipe's data prep; a small tokenizer and a ~0.46M-parameter Qwen2 built offline; an SFT warm
 # start on transcripts rendered as verl's agent loop renders them; then GRPO through the recipe's own launcher
@@ -17,6 +17,7 @@
 # Last line: RESULT sft_acc=<a> final_acc=<b> tools_off_acc=<c> tool_call_rate=<d> wall_s=<s> sft_attempts=<n>
 # (held-out strict accuracies at EVAL_TEMPERATURE, the final checkpoint's tools-off accuracy and tool-call rate;
 # sft_attempts: inits tried until the SFT converged, 0 with SFT_MODEL).
+. "$(dirname "${BASH_SOURCE[0]}")/help.sh" "$@"  # -h/--help: usage, knobs; runs nothing
 set -euo pipefail
 
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

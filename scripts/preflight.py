@@ -21,6 +21,7 @@ from recipes.launch.plan import LEGACY_TRAINER_NOTE, plan_lines, write_config
 from recipes.preflight.checks import run_all
 from recipes.preflight.compose import compose_config, validate_like_verl
 from recipes.preflight.stale_keys import stale_warnings
+from recipes.preflight.value_types import mistyped_values
 from recipes.trace_location import weave_project_url, where_traces_go
 
 
@@ -80,8 +81,13 @@ def _check(args):
     try:
         validate_like_verl(config)
     except Exception as err:
-        print(f"[preflight] ERROR: verl rejects the config: {type(err).__name__}: {err}".replace("\n", " "),
-              file=sys.stderr)
+        # verl's own message for a value of the wrong kind is a TypeError from its arithmetic: name the value
+        try:
+            mistyped = mistyped_values(config, compose_config([o for o in args.overrides if o.startswith("profile=")]))
+        except Exception:  # the reference does not compose either: verl's own message is all there is
+            mistyped = []
+        for line in mistyped or [f"verl rejects the config: {type(err).__name__}: {err}".replace("\n", " ")]:
+            print(f"[preflight] ERROR: {line}", file=sys.stderr)
         return None, None
     report = run_all(config, launch=args.launch, submit=args.submit)
     for note in report.notes:

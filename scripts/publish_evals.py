@@ -3,7 +3,8 @@
     python scripts/publish_evals.py --validation_dir outputs/<exp>/validation --experiment <exp> [--project P]
         [--model_path M] [--tool_set T] [--step N ...] [--k 1 --k 8] [--model_name NAME]
     # beside training: publish each validation as it lands, stop after the trainer exits
-    python scripts/publish_evals.py --validation_dir outputs/<exp>/validation --watch --stop_when_pid_exits PID
+    python scripts/publish_evals.py --validation_dir outputs/<exp>/validation --experiment <exp> --watch \
+        --stop_when_pid_exits PID
 
 The model of step N is `<experiment>-stepN` (step 0: the weights before any update); an evaluation-only run
 (scripts/eval_gsm8k.sh, whose one dump is step 0 whatever the weights) names its model with --model_name. Needs

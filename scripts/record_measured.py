@@ -6,6 +6,7 @@
     echo 'RESULT new_figure=3.2' | python scripts/record_measured.py --how "..." --target "..."   # a new row
     echo 'RESULT figure=4.1' | python scripts/record_measured.py --how "..."     # re-measured another way
     python scripts/record_measured.py --drop old_figure                         # a figure nothing measures now
+    python scripts/record_measured.py --reword figure --target "..."            # its words only, not re-measured
     python scripts/record_measured.py --check                                   # the page is as this script writes it
 
 Reads `RESULT name=value [name=value ...]` lines (the last line of every scripts/bench_*.py) from stdin, echoes
@@ -120,6 +121,17 @@ def record(figures: list[Figure], results: dict[str, str], recorded: str, how: s
     return updated + [Figure(name, results[name], target or "—", how, recorded) for name in new]
 
 
+def reword(figures: list[Figure], names: list[str], how: str | None, target: str | None) -> list[Figure]:
+    """The named rows with a new how and/or target; what was measured, and when, is kept."""
+    unknown = sorted(set(names) - {f.name for f in figures})
+    if unknown:
+        raise PageError(f"no row for {', '.join(unknown)} to reword")
+    changes = {key: value for key, value in (("how", how), ("target", target)) if value}
+    if not changes:
+        raise PageError("--reword needs the new --how and/or --target")
+    return [replace(f, **changes) if f.name in names else f for f in figures]
+
+
 def write_atomic(path: Path, text: str) -> None:
     with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", delete=False) as tmp:
         tmp.write(text)
@@ -134,6 +146,9 @@ def main(argv: list[str] | None = None, stdin=None) -> int:
     p.add_argument("--target", help="the figures' target, e.g. '≤ 5 ms'")
     p.add_argument("--drop", action="append", default=[], metavar="NAME",
                    help="remove a figure's row (one that nothing measures any more); repeatable")
+    p.add_argument("--reword", action="append", default=[], metavar="NAME",
+                   help="rewrite a figure's how and/or target (--how, --target) without re-measuring it: its value "
+                        "and recorded cells stay; repeatable")
     p.add_argument("--machine", help="what it ran on (default: this machine's CPU core count)")
     p.add_argument("--check", action="store_true", help="only check the page is exactly as this script writes it")
     args = p.parse_args(argv)
@@ -152,6 +167,11 @@ def main(argv: list[str] | None = None, stdin=None) -> int:
             figures = [f for f in figures if f.name not in args.drop]
             write_atomic(args.page, render(figures))
             print(f"record_measured: dropped {', '.join(args.drop)} -> {args.page}", file=sys.stderr)
+            return 0
+        if args.reword:
+            figures = reword(figures, args.reword, args.how, args.target)
+            write_atomic(args.page, render(figures))
+            print(f"record_measured: reworded {', '.join(args.reword)} -> {args.page}", file=sys.stderr)
             return 0
         lines = list(stdin if stdin is not None else sys.stdin)
         sys.stdout.writelines(lines)

@@ -10,6 +10,7 @@
 # config/gsm8k_multiturn_grpo.yaml or a profile, and is changed with a hydra override. A preflight
 # (scripts/preflight.py) runs first and stops the launch, before any GPU work, on anything that would fail
 # or silently do nothing.
+. "$(dirname "${BASH_SOURCE[0]}")/help.sh" "$@"  # -h/--help: usage, knobs; runs nothing
 set -euo pipefail
 
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -40,6 +41,10 @@ if [ ! -f "$REPO_ROOT/config/profile/$PROFILE.yaml" ]; then
   echo "error: unknown PROFILE=$PROFILE; choose one of: $(cd "$REPO_ROOT/config/profile" && ls ./*.yaml | sed 's|./||; s|\.yaml||' | xargs)" >&2
   exit 1
 fi
+if [ "$TOOL_SET" != none ] && [ ! -f "$REPO_ROOT/config/tool_config/$TOOL_SET.yaml" ]; then
+  echo "error: unknown TOOL_SET=$TOOL_SET; choose one of: $(cd "$REPO_ROOT/config/tool_config" && ls ./*.yaml | sed 's|./||; s|\.yaml||' | xargs) none" >&2
+  exit 1
+fi
 # A Ray job runs in Ray's unpacked copy of the repo on every node: give it repo-relative paths.
 if [ "$SUBMIT" = ray ]; then ROOT=.; else ROOT=$REPO_ROOT; fi
 if [ "$TOOL_SET" = none ]; then TOOL_CONFIG=null; else TOOL_CONFIG=$ROOT/config/tool_config/$TOOL_SET.yaml; fi
@@ -55,6 +60,7 @@ OVERRIDES=(
   "trainer.default_local_dir=$OUTPUT_DIR/checkpoints"
   "trainer.rollout_data_dir=$OUTPUT_DIR/rollouts"
   "trainer.validation_data_dir=$OUTPUT_DIR/validation"
+  "hydra.run.dir=$OUTPUT_DIR/hydra/\${now:%Y-%m-%d_%H-%M-%S}"  # hydra's log and composed config, not ./outputs/
 )
 [ -z "$MODEL_PATH" ] || OVERRIDES+=("actor_rollout_ref.model.path=$MODEL_PATH")
 [ -z "$N_GPUS_PER_NODE" ] || OVERRIDES+=("trainer.n_gpus_per_node=$N_GPUS_PER_NODE")

@@ -3,6 +3,7 @@
 # the whole suite.
 #   bash scripts/run_tests.sh            # extra arguments go to pytest, e.g. -k data_prep
 #   PYTEST_WORKERS=0 bash scripts/run_tests.sh -s tests/test_x.py   # one process (-s output, pdb)
+. "$(dirname "${BASH_SOURCE[0]}")/help.sh" "$@"  # -h/--help: usage, knobs; runs nothing
 set -euo pipefail
 
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

@@ -4,6 +4,7 @@
 #   bash scripts/setup_cpu_env.sh && . .venv/bin/activate
 #   PYTHON=python3.11 VENV=/somewhere/else bash scripts/setup_cpu_env.sh
 # scripts/run_tests.sh runs this first: the install steps live here only.
+. "$(dirname "${BASH_SOURCE[0]}")/help.sh" "$@"  # -h/--help: usage, knobs; runs nothing
 set -euo pipefail
 
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

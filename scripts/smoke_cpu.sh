@@ -12,6 +12,7 @@
 #   bash scripts/smoke_cpu.sh trainer.test_freq=1            # hydra overrides go to both launches, last
 #   RESUME_CHECK=0 bash scripts/smoke_cpu.sh                 # only the first launch
 #   TRACE=on LOGGER=console,wandb bash scripts/smoke_cpu.sh  # any launcher knob passes through
+. "$(dirname "${BASH_SOURCE[0]}")/help.sh" "$@"  # -h/--help: usage, knobs; runs nothing
 set -euo pipefail
 
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -48,7 +49,7 @@ export PROFILE=cpu_smoke MODEL_PATH="$WORK_DIR/model" DATA_DIR="$WORK_DIR/data" 
 if [ "${DRY_RUN:-0}" = 1 ]; then exec bash scripts/run_gsm8k_grpo.sh "$@"; fi
 
 # trace_spool: what the launcher's trace relay keeps; a stale one would be sent again into this run's traces
-rm -rf "$OUTPUT_DIR"/{checkpoints,rollouts,validation,report,logs,trace_spool,trace_relay.log,trace_relay.url}
+rm -rf "$OUTPUT_DIR"/{checkpoints,rollouts,validation,report,logs,hydra,trace_spool,trace_relay.log,trace_relay.url}
 mkdir -p "$OUTPUT_DIR/logs"
 launch() {  # name, overrides...: one main_ppo through the launcher, its output also in logs/<name>.log
   local name=$1; shift

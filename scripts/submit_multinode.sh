@@ -5,6 +5,7 @@
 # Same knobs and overrides as scripts/run_gsm8k_grpo.sh (PROFILE defaults to multinode). The preflight runs here,
 # then recipes/launch/ray_job.py submits: W&B settings reach every node's workers, the API key never appears in
 # the job's entrypoint or runtime env, and OUTPUT_DIR must be shared storage (checked).
+HELP_KNOBS_OF=run_gsm8k_grpo.sh . "$(dirname "${BASH_SOURCE[0]}")/help.sh" "$@"  # -h/--help: usage, knobs; runs nothing
 set -euo pipefail
 : "${RAY_ADDRESS:?set RAY_ADDRESS to the Ray dashboard address, e.g. http://10.0.0.1:8265}"
 PROFILE=${PROFILE:-multinode} SUBMIT=ray exec bash "$(dirname "${BASH_SOURCE[0]}")/run_gsm8k_grpo.sh" "$@"

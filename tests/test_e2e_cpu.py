@@ -307,6 +307,9 @@ def test_the_exported_final_checkpoint_scores_through_the_cpu_eval_path(smoke, t
                              str(smoke.output / "checkpoints"), "--target_dir", str(model)],
                             env={**env, "PYTHONPATH": str(REPO_ROOT)}, capture_output=True, text=True, timeout=300)
     assert export.returncode == 0, export.stdout + export.stderr
+    # named by the launch's own hydra config (the folder is only "outputs"), for the evaluation's name
+    record = json.loads((model / "exported_from.json").read_text())
+    assert (record["experiment"], record["step"]) == ("gsm8k_cpu_smoke", TRAIN_STEPS[-1]), record
     env.update(DEVICE="cpu", MODEL_PATH=str(model), DATA_DIR=str(smoke.output.parent / "data"),
                OUTPUT_DIR=str(tmp_path / "eval"))
     proc = subprocess.run(["bash", str(REPO_ROOT / "scripts" / "eval_gsm8k.sh")], env=env, text=True,
@@ -317,3 +320,17 @@ def test_the_exported_final_checkpoint_scores_through_the_cpu_eval_path(smoke, t
     assert summary["answers"] == VAL_PROMPTS and summary["step"] == 0, summary
     assert summary["tool_call_rate"] == 0, f"the eval steered: {summary}"
     assert re.search(r"^RESULT strict_acc=\S+ flexible_acc=\S+ tool_calls_per_answer=\S+$", proc.stdout, re.M)
+
+
+def test_hydra_keeps_each_launchs_config_under_the_run_not_in_the_repo(smoke):
+    """hydra's run folder (main_ppo's log and composed config) is <OUTPUT_DIR>/hydra/<time>/, one per launch; by
+    default it was ./outputs/<date>/<time>/ in the repo, whatever OUTPUT_DIR said."""
+    import yaml
+
+    configs = sorted((smoke.output / "hydra").glob("*/.hydra/config.yaml"))
+    assert len(configs) == 2, configs  # the training launch, then the resumed one
+    trainers = [yaml.safe_load(c.read_text())["trainer"] for c in configs]
+    assert {t["experiment_name"] for t in trainers} == {"gsm8k_cpu_smoke"}
+    assert [t["total_training_steps"] for t in trainers][1] == TRAIN_STEPS[-1]  # the resume's own override
+    for config in configs:
+        assert (config.parent.parent / "main_ppo.log").exists()

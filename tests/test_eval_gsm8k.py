@@ -118,9 +118,21 @@ def test_a_dump_without_the_rewards_keys_is_refused_not_rescored(tmp_path):
     assert not (tmp_path / "summary.json").exists()
 
 
-def test_cpu_eval_runs_on_the_cpu_stand_ins_without_steering(prepared_data_dir):
+def model_folder(path: Path, exported_from: tuple[str, int] | None = None) -> Path:
+    """A model folder as the preflight checks it (config.json), and what scripts/export_checkpoint.py records."""
+    from recipes.evaluation.provenance import write_record
+
+    path.mkdir(parents=True)
+    (path / "config.json").write_text("{}")
+    if exported_from:
+        experiment, step = exported_from
+        write_record(path, path.parent / "checkpoints" / f"global_step_{step}" / "actor", experiment, step)
+    return path
+
+
+def test_cpu_eval_runs_on_the_cpu_stand_ins_without_steering(prepared_data_dir, tmp_path):
     """DEVICE=cpu: the CPU profile, no steered turns (the rollout server writes none of the model's answers)."""
-    proc = eval_dry_run(prepared_data_dir, DEVICE="cpu", MODEL_PATH="/models/tiny")
+    proc = eval_dry_run(prepared_data_dir, DEVICE="cpu", MODEL_PATH=str(model_folder(tmp_path / "tiny")))
     assert proc.returncode == 0, proc.stderr
     command = shlex.split([line for line in proc.stdout.splitlines() if "verl.trainer.main_ppo" in line][-1])
     for override in ("profile=cpu_smoke", "++actor_rollout_ref.rollout.engine_kwargs.hf_cpu.steer_every=0",
@@ -133,10 +145,10 @@ def test_cpu_eval_runs_on_the_cpu_stand_ins_without_steering(prepared_data_dir):
     assert "CPU rank(s)" in hardware and "GPU(s)" not in hardware, hardware
 
 
-def test_cpu_eval_launch_passes_the_gpu_checks(prepared_data_dir):
+def test_cpu_eval_launch_passes_the_gpu_checks(prepared_data_dir, tmp_path):
     """A real launch-mode preflight (made to fail on W&B credentials, so nothing starts): on CPU it must not
     stop at counting GPUs, as it did before DEVICE=cpu existed."""
-    proc = eval_dry_run(prepared_data_dir, DEVICE="cpu", DRY_RUN="0", MODEL_PATH="/models/tiny",
+    proc = eval_dry_run(prepared_data_dir, DEVICE="cpu", DRY_RUN="0", MODEL_PATH=str(model_folder(tmp_path / "tiny")),
                         LOGGER="console,wandb", HOME="/nonexistent", PROFILE="cpu_smoke")
     assert proc.returncode != 0 and "need W&B credentials" in proc.stderr, proc.stderr[-2000:]
     assert "cannot count GPUs" not in proc.stderr and "GPU(s) visible" not in proc.stderr
@@ -166,3 +178,50 @@ def test_an_earlier_steps_summary_never_replaces_the_latest(tmp_path):
     assert f"step 0 is not the latest (2): written to {tmp_path}/summary_step0.json" in out
     latest, step0 = (json.loads((tmp_path / name).read_text()) for name in ("summary.json", "summary_step0.json"))
     assert (latest["step"], latest["strict_acc"]) == (2, 1.0) and (step0["step"], step0["strict_acc"]) == (0, 0.0)
+
+
+def test_the_plan_of_an_evaluation_shows_no_training(prepared_data_dir, tmp_path):
+    proc = eval_dry_run(prepared_data_dir, OUTPUT_DIR=str(tmp_path / "ev"), VAL_N="4", VAL_TEMPERATURE="1.0")
+    assert proc.returncode == 0, proc.stderr
+    plan = {line.split(None, 2)[1]: line.split(None, 2)[2] for line in proc.stdout.splitlines()
+            if line.startswith("#   ")}
+    assert plan["batch"].startswith("validation only: 4 sample(s) per prompt at temperature 1.0; prompt/response")
+    assert plan["schedule"].startswith("validation only (trainer.val_only)")
+    assert "trajectories per step" not in proc.stdout and "epoch" not in proc.stdout
+
+
+def test_evaluations_of_different_exports_get_their_own_names(tmp_path):
+    """Every export used to be evaluated as eval_hf_default_tools, in one folder and under one Weave name."""
+    from recipes.evaluation.provenance import eval_name
+
+    names = {eval_name(str(model_folder(tmp_path / run / f"step{step}" / "hf", (run, step))), "calculator")
+             for run, step in (("gsm8k_a", 20), ("gsm8k_a", 40), ("gsm8k_b", 40))}
+    assert names == {"eval_gsm8k_a_step20_calculator", "eval_gsm8k_a_step40_calculator",
+                     "eval_gsm8k_b_step40_calculator"}
+    assert eval_name("Qwen/Qwen2.5-3B-Instruct", "none") == "eval_Qwen2.5-3B-Instruct_none"
+    assert eval_name("Qwen/Qwen2.5-3B-Instruct", "none", "8", "1.0") == "eval_Qwen2.5-3B-Instruct_none_n8_t1.0"
+
+
+def test_the_eval_names_its_run_after_the_export(prepared_data_dir, tmp_path):
+    model = model_folder(tmp_path / "outputs" / "gsm8k_a" / "hf", ("gsm8k_a", 40))
+    proc = eval_dry_run(prepared_data_dir, MODEL_PATH=str(model))
+    assert proc.returncode == 0, proc.stderr
+    command = shlex.split([line for line in proc.stdout.splitlines() if "verl.trainer.main_ppo" in line][-1])
+    assert "trainer.experiment_name=eval_gsm8k_a_step40_default_tools" in command
+    assert f"trainer.validation_data_dir={REPO_ROOT}/outputs/eval_gsm8k_a_step40_default_tools/validation" in command
+
+
+def test_a_second_evaluation_into_the_same_folder_is_refused(prepared_data_dir, tmp_path):
+    """verl rewrites 0.jsonl: without the refusal the second evaluation silently replaced the first."""
+    earlier = tmp_path / "ev" / "validation" / "0.jsonl"
+    earlier.parent.mkdir(parents=True)
+    earlier.write_text('{"input": "Q", "output": "#### 1"}\n')
+    for dry_run in ("1", "0"):
+        proc = eval_dry_run(prepared_data_dir, OUTPUT_DIR=str(tmp_path / "ev"), EXPERIMENT_NAME="ev", DRY_RUN=dry_run)
+        assert proc.returncode == 1 and f"{earlier.parent} already holds an evaluation" in proc.stderr, proc.stderr
+        assert "OVERWRITE=1 to replace it" in proc.stderr and "main_ppo" not in proc.stdout + proc.stderr
+    assert earlier.read_text() == '{"input": "Q", "output": "#### 1"}\n'
+    proc = eval_dry_run(prepared_data_dir, OUTPUT_DIR=str(tmp_path / "ev"), OVERWRITE="1")
+    assert proc.returncode == 0, proc.stderr
+    assert f"# OVERWRITE=1: the evaluation would first remove the earlier one in {earlier.parent}" in proc.stdout
+    assert earlier.exists()  # a dry run removes nothing

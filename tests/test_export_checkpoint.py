@@ -42,6 +42,24 @@ def test_latest_step_and_the_exact_merger_command(tmp_path):
     assert f"{root}/global_step_20/actor" in proc.stdout
 
 
+def test_the_experiment_is_the_launchs_own_name(tmp_path):
+    """The launcher keeps hydra's config of each launch in <OUTPUT_DIR>/hydra/<time>/.hydra/: the latest one that
+    saved into these checkpoints names the experiment, whatever the folder is called."""
+    from recipes.evaluation.provenance import experiment_of
+
+    root = fake_checkpoint(tmp_path / "run" / "checkpoints")
+    assert experiment_of(root) == "run"  # no launcher config: the run folder's name
+    for stamp, experiment, saved_to in (("2026-01-01_10-00-00", "old_name", root), ("2026-01-02_10-00-00", "exp", root),
+                                        ("2026-01-03_10-00-00", "other", tmp_path / "elsewhere")):
+        config = tmp_path / "run" / "hydra" / stamp / ".hydra" / "config.yaml"
+        config.parent.mkdir(parents=True)
+        config.write_text(f"trainer:\n  experiment_name: {experiment}\n  default_local_dir: {saved_to}\n")
+    assert experiment_of(root) == "exp"
+    proc = export(root, "--target_dir", tmp_path / "hf", "--dry_run")
+    assert f"[export] checkpoint {root}/global_step_40/actor (experiment exp, step 40)" in proc.stdout
+    assert not (tmp_path / "hf").exists()  # a dry run writes nothing
+
+
 @pytest.mark.parametrize(
     "setup, args, message",
     [
@@ -97,6 +115,10 @@ def test_the_export_holds_the_trained_fp32_weights_bit_for_bit_and_is_readable(f
     loaded = AutoModelForCausalLM.from_pretrained(target)  # as the eval loads it: the config's dtype
     assert all(torch.equal(loaded.state_dict()[k], v) for k, v in trained.items())
     assert stat.S_IMODE((target / "model.safetensors").stat().st_mode) == 0o640  # 0666 minus the umask 027
+    # where it came from, for the evaluation's name (no launcher ran: the experiment is the run folder's name)
+    record = json.loads((target / "exported_from.json").read_text())
+    assert record == {"experiment": root.parent.name, "step": 1, "checkpoint": str(root / "global_step_1" / "actor")}
+    assert f"[export] {target}/exported_from.json: experiment {root.parent.name}, step 1" in proc.stdout
 
 
 def test_dtype_bfloat16_casts_on_purpose_and_says_so(fsdp_checkpoint, tmp_path, capsys):

@@ -148,6 +148,10 @@ def test_rollout_concurrency_below_a_step_is_warned(preflight_script, launcher_o
         (("trainer.use_v1=True",), {}, "V1 trainer never traces agent loops"),
         ((), {"PROFILE": "16xh100"}, "unknown PROFILE=16xh100"),
         ((), {"TRACE": "maybe"}, "TRACE must be on or off"),
+        ((), {"TOOL_SET": "calculater"},
+         "unknown TOOL_SET=calculater; choose one of: both calc_gsm8k_reward calculator none"),
+        ((), {"MODEL_PATH": "/nonexistent/models/Qwen2.5-3B-Instruct"},
+         "actor_rollout_ref.model.path: /nonexistent/models/Qwen2.5-3B-Instruct does not exist; set MODEL_PATH"),
     ],
 )
 def test_dry_run_refuses_what_would_fail(prepared_data_dir, args, env, message):
@@ -168,6 +172,11 @@ def preflight_script():
         ("actor_rollout_ref.rollout.trace.max_samples_per_step_per_worker=0", "records nothing"),
         ("trainer.no_such_key=1", "the config does not compose"),
         ("actor_rollout_ref.actor.ppo_mini_batch_size=300", "verl rejects the config: ValueError: train_batch_size"),
+        ("actor_rollout_ref.rollout.n=abc",  # verl's own error: a TypeError from string formatting
+         "actor_rollout_ref.rollout.n='abc' is not a whole number (the recipe's value: 16); fix that override"),
+        ("data.train_batch_size=2.5", "data.train_batch_size=2.5 is not a whole number (the recipe's value: 256)"),
+        ("actor_rollout_ref.model.path=outputs/no_such_run/hf", "outputs/no_such_run/hf does not exist (relative to "),
+        (f"actor_rollout_ref.model.path={REPO_ROOT / 'config'}", "has no config.json: not a Hugging Face model folder"),
         ("actor_rollout_ref.model.lora_rank=8",
          "LoRA with SGLang 0.5.12 needs actor_rollout_ref.model.lora.merge=True"),
         ("actor_rollout_ref.rollout.multi_turn.format=hermes_feedback", "is not a registered tool parser"),
@@ -224,3 +233,28 @@ def test_the_ray_job_reruns_the_launcher_with_the_submitters_knobs(submitted):
     watcher = next(line for line in job.stdout.splitlines() if line.startswith("# and beside it:"))
     assert "--experiment exp1" in watcher and "--validation_dir /shared/runs/x/validation" in watcher
     assert "--tool_set calculator" in watcher
+
+
+def test_a_hub_model_id_and_an_existing_model_folder_pass(preflight_script, launcher_overrides, tmp_path, capsys):
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    for model in ("Qwen/Qwen2.5-0.5B-Instruct", str(tmp_path / "model")):
+        assert preflight_script.main(["--", *launcher_overrides, f"actor_rollout_ref.model.path={model}"]) == 0
+        assert "actor_rollout_ref.model.path" not in capsys.readouterr().err
+
+
+def test_the_plan_says_when_nothing_is_checkpointed():
+    from recipes.launch.plan import plan_lines
+    from recipes.preflight.compose import compose_config
+
+    schedule = next(line for line in plan_lines(compose_config(["profile=1gpu_smoke"])) if "schedule" in line)
+    assert schedule.split(None, 2)[2] == "2 steps; validation every 2 steps, no checkpoints (trainer.save_freq=-1)"
+
+
+def test_hydras_run_folder_goes_under_the_outputs_not_the_repo(default_dry_run, multinode_dry_run):
+    """main_ppo's hydra writes its log and composed config to hydra.run.dir, by default ./outputs/<date>/<time>/
+    in the repo root (the launcher's cwd), whatever OUTPUT_DIR says; tests/test_e2e_cpu.py sees where it lands."""
+    for proc, output_dir in ((default_dry_run, f"{REPO_ROOT}/outputs/gsm8k_calculator_8xh100"),
+                             (multinode_dry_run, "/shared/runs/x")):
+        run_dir = override_dict(printed_overrides(proc.stdout))["hydra.run.dir"]
+        assert run_dir == output_dir + "/hydra/${now:%Y-%m-%d_%H-%M-%S}"

@@ -50,18 +50,29 @@ def _hardware(config: DictConfig) -> str:
 
 
 def _batch(config: DictConfig) -> str:
+    prompt, response = _get(config, "data.max_prompt_length"), _get(config, "data.max_response_length")
+    lengths = f"prompt/response {prompt}/{response} tokens"
+    if _get(config, "trainer.val_only"):
+        n, temperature = (_get(config, f"actor_rollout_ref.rollout.val_kwargs.{k}") for k in ("n", "temperature"))
+        return f"validation only: {n} sample(s) per prompt at temperature {temperature}; {lengths}"
     prompts, n = _get(config, "data.train_batch_size"), _get(config, "actor_rollout_ref.rollout.n")
     return (f"{prompts} prompts x {n} samples = {prompts * n} trajectories per step; PPO mini-batch "
-            f"{_get(config, 'actor_rollout_ref.actor.ppo_mini_batch_size')} prompts; prompt/response "
-            f"{_get(config, 'data.max_prompt_length')}/{_get(config, 'data.max_response_length')} tokens")
+            f"{_get(config, 'actor_rollout_ref.actor.ppo_mini_batch_size')} prompts; {lengths}")
 
 
 def _schedule(config: DictConfig) -> str:
+    if _get(config, "trainer.val_only"):
+        return "validation only (trainer.val_only): one pass over the validation data; nothing trained or saved"
     steps = _get(config, "trainer.total_training_steps")
     length = f"{steps} steps" if steps else f"{_get(config, 'trainer.total_epochs')} epoch(s)"
-    keep = _get(config, "trainer.max_actor_ckpt_to_keep")
-    return (f"{length}; validation every {_get(config, 'trainer.test_freq')} steps, checkpoint every "
-            f"{_get(config, 'trainer.save_freq')} ({f'last {keep} kept' if keep else 'all kept'})")
+    test_freq, save_freq = _get(config, "trainer.test_freq"), _get(config, "trainer.save_freq")
+    validation = f"validation every {test_freq} steps" if test_freq > 0 else "no validation during training"
+    if save_freq > 0:  # verl saves when the step is a multiple of save_freq, and at the last step
+        keep = _get(config, "trainer.max_actor_ckpt_to_keep")
+        saves = f"checkpoint every {save_freq} ({f'last {keep} kept' if keep else 'all kept'})"
+    else:
+        saves = f"no checkpoints (trainer.save_freq={save_freq})"
+    return f"{length}; {validation}, {saves}"
 
 
 def _tracing(config: DictConfig) -> str:

@@ -64,6 +64,28 @@ def check_data(config: DictConfig, tool_names: list[str] | None, report: Report)
     return train_rows
 
 
+def looks_like_a_local_path(model: str) -> bool:
+    """A hub id is `name` or `namespace/name`; anything else with a slash, or starting with /, ~ or ., is a folder."""
+    return model.startswith(("/", "~", ".")) or model.count("/") > 1
+
+
+def check_model(config: DictConfig, report: Report) -> None:
+    """A model folder that is not there (a typo, an export not made yet) would fail only after Ray has started;
+    a hub id is fetched then and cannot be checked here."""
+    model = str(config.actor_rollout_ref.model.path)
+    if not looks_like_a_local_path(model):
+        return
+    folder = Path(os.path.expanduser(model))
+    where = "" if folder.is_absolute() else f" (relative to {Path.cwd()}, where the launcher runs)"
+    if not folder.is_dir():
+        report.error(f"actor_rollout_ref.model.path: {model} does not exist{where}; set MODEL_PATH to a model "
+                     "folder (scripts/export_checkpoint.py makes one from a checkpoint) or a hub id "
+                     "(Qwen/Qwen2.5-3B-Instruct)")
+    elif not (folder / "config.json").is_file():
+        report.error(f"actor_rollout_ref.model.path: {model} has no config.json{where}: not a Hugging Face model "
+                     "folder (scripts/export_checkpoint.py turns a checkpoint into one)")
+
+
 def check_reward(config: DictConfig, report: Report) -> None:
     path = OmegaConf.select(config, "reward.custom_reward_function.path")
     name = OmegaConf.select(config, "reward.custom_reward_function.name")
@@ -196,6 +218,7 @@ def run_all(config: DictConfig, launch: bool = False, submit: bool = False) -> R
     tool_path = OmegaConf.select(config, "actor_rollout_ref.rollout.multi_turn.tool_config_path")
     tool_names = _tool_names_in_yaml(tool_path, report) if tool_path else []  # no tools: data must offer none
     train_rows = check_data(config, tool_names, report)
+    check_model(config, report)
     check_reward(config, report)
     check_agent_loops(config, report)
     check_modules_are_ours(report)
