@@ -1,0 +1,684 @@
+"""Benchmark: a production rollout step of the recipe on CPU: verl 0.9.1's real agent-loop manager and workers in a
+real local Ray cluster, the recipe's config for PROFILE=8xh100, its tools, parser, reward, tracing and trace relay,
+against LLM servers that answer at once (recipes/standins/gsm8k_replay_llm.py: GSM8K's own training solutions
+replayed as hermes calculator calls, with malformed calls, wrong answers, tool-free and over-long answers mixed in).
+
+    python scripts/bench_rollout.py [--steps 3] [--prompts 256] [--n 16] [--workers 8] [--trace-all]
+    python scripts/bench_rollout.py --steps 2 --prompts 8 --n 4 --workers 2        # the CI test's run
+
+Each phase starts its own manager and workers (fresh processes) and runs --steps steps of --prompts x --n
+trajectories, fed as verl's trainer feeds them (RLHFDataset over the real GSM8K train split, uid, n interleaved
+repeats, global_steps):
+  plain            verl's AgentLoopManager + ToolAgentLoop, hermes parser, no tracing, no in-loop scoring (baseline)
+  verl_weave       the same with verl's own weave tracing at the recipe's rate (baseline)
+  recipe_untraced  the recipe as the launcher composes it, TRACE=off
+  recipe           the recipe as the launcher composes it (its trace rate; --trace-all: every trajectory)
+Traces go through the recipe's trace relay (started as the launcher starts it) to the W&B endpoint in
+WANDB_BASE_URL / WF_TRACE_SERVER_URL when set, else to a loopback W&B stand-in of the bench's own; a recorder
+between the relay and that endpoint notes each call the endpoint acknowledges. Nothing else leaves 127.0.0.1.
+
+Per step and phase: wall time; each agent-loop worker's CPU-seconds (split by where they go with py-spy:
+verl's loop and Ray, the recipe's parser, tool, scoring, trace summary, tracer and flush); trajectories per
+CPU-second; worker RSS after step 1 and at the end; traced calls and bytes; calls acknowledged by the endpoint,
+lag from a call's end to that acknowledgement, the relay's spool. Goals (a benchmark, not a timed test): recipe
+untraced <= 1.10x plain per trajectory; tracing at the profile's rate <= 2% of worker CPU; worker RSS growth
+< 50 MB over 50 steps (--phases recipe --steps 50 at a reduced shape); with --trace-all every traced
+trajectory acknowledged exactly once. Last line:
+`RESULT trajectories=<t> steps=<N> traced=<expected> acknowledged=<a> lost_traces=<l> duplicate_traces=<d>
+recipe_cpu_ratio=<x> trace_cpu_share=<y> worker_rss_growth_mb=<m> relay_lag_p99_ms=<p>`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections import Counter, defaultdict
+from contextlib import ExitStack
+from datetime import datetime
+from pathlib import Path
+
+os.environ.setdefault("WANDB_ERROR_REPORTING", "false")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from recipes.constants import REPO_ROOT, SHARED_GSM8K_DIR, TRACE_RELAY_ENV  # noqa: E402
+
+PHASES = ("plain", "verl_weave", "recipe_untraced", "recipe")
+TRACED_PHASE = "recipe"
+PROFILE = "8xh100"
+EXPERIMENT = "bench_rollout_{phase}"
+# Every HTTPS request a Ray worker might make (weave.init's version check on PyPI, which verl's own weave path
+# does not switch off) goes to a refused loopback port instead; loopback traffic (the relay) goes direct.
+NO_EGRESS_ENV = {"HTTPS_PROXY": "http://127.0.0.1:9", "https_proxy": "http://127.0.0.1:9",
+                 "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost",
+                 "WANDB_ERROR_REPORTING": "false", "WEAVE_USE_SERVER_CACHE": "false", "WEAVE_PRINT_CALL_LINK": "false",
+                 "RAY_USAGE_STATS_ENABLED": "0", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def log(msg: str) -> None:
+    print(f"[bench_rollout] {msg}", flush=True)
+
+
+# ---- the recipe's config and relay, as the launcher sets them (the two places to swap at its next API) ----------
+
+def compose_bench_config(phase: str, args, data_dir: Path, model_dir: Path, out_dir: Path):
+    """The config `PROFILE=8xh100 bash scripts/run_gsm8k_grpo.sh` composes, at the bench's shape, with the phase's
+    changes; and the overrides the bench passed (besides the tool config, agent loop and reward paths, which
+    compose_trainer_config sets as the launcher does)."""
+    from recipes.agent_loop_inprocess import compose_trainer_config
+
+    launcher = [  # scripts/run_gsm8k_grpo.sh OVERRIDES, but hydra.run.dir (no hydra run here)
+        f"profile={PROFILE}", f"data.train_files={data_dir / 'train.parquet'}",
+        f"data.val_files={data_dir / 'test.parquet'}", f"trainer.experiment_name={EXPERIMENT.format(phase=phase)}",
+        f"trainer.default_local_dir={out_dir}/checkpoints", f"trainer.rollout_data_dir={out_dir}/rollouts",
+        f"trainer.validation_data_dir={out_dir}/validation",
+    ]
+    shape = [f"data.train_batch_size={args.prompts}", f"actor_rollout_ref.rollout.n={args.n}",
+             f"actor_rollout_ref.rollout.agent.num_workers={args.workers}",
+             f"actor_rollout_ref.model.path={model_dir}"]  # the Qwen2.5 tokenizer; no weights are loaded
+    rollout = "actor_rollout_ref.rollout"
+    verl_plain = [f"{rollout}.agent.agent_loop_config_path=null", f"{rollout}.agent.agent_loop_manager_class=null",
+                  f"{rollout}.multi_turn.format=hermes"]
+    changes = {
+        "plain": [*verl_plain, f"{rollout}.trace.backend=null"],
+        "verl_weave": verl_plain,
+        "recipe_untraced": [f"{rollout}.trace.backend=null"],
+        "recipe": [f"{rollout}.trace.max_samples_per_step_per_worker=null"] if args.trace_all else [],
+    }[phase]
+    overrides = [*launcher, *shape, *changes]
+    return compose_trainer_config(args.tool_set, tuple(overrides)), overrides
+
+
+def start_trace_relay(spool: Path, env: dict[str, str]) -> tuple[subprocess.Popen, str]:
+    """`python -m recipes.trace_relay serve --spool S --url-file F`, as the launcher starts it (W&B from the env);
+    workers find it through TRACE_RELAY_ENV."""
+    url_file = spool.with_name("trace_relay.url")
+    process = subprocess.Popen([sys.executable, "-m", "recipes.trace_relay", "serve", "--spool", str(spool),
+                                "--url-file", str(url_file)], env=env, cwd=REPO_ROOT,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 60
+    while not url_file.exists():
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            raise RuntimeError(f"the trace relay did not start: {process.communicate()[0][-2000:]}")
+        time.sleep(0.1)
+    return process, url_file.read_text().strip()
+
+
+# ---- what the W&B endpoint acknowledged -----------------------------------------------------------------------
+
+class AckRecorder:
+    """Sits between the relay and the W&B endpoint: forwards every request unchanged and notes, for each call the
+    endpoint answered 2xx, its trace, attributes, end time, size and when the answer came back."""
+
+    _DROP = {"host", "content-length", "connection", "keep-alive", "transfer-encoding", "accept-encoding"}
+
+    def __init__(self, base_url: str, trace_url: str) -> None:
+        import httpx
+
+        self.base_url, self.trace_url = base_url.rstrip("/"), trace_url.rstrip("/")
+        self.http = httpx.Client(timeout=120)
+        self.calls: dict[str, dict] = {}
+        self.starts: Counter[str] = Counter()  # call id -> starts acknowledged (more than 1: sent twice)
+        self.lock = threading.Lock()
+
+    def handle(self, request):
+        from recipes.trace_relay import protocol
+        from recipes.trace_relay.http import Response
+
+        route = protocol.trace_route(request.path)
+        url = (self.trace_url + request.path.removeprefix(protocol.TRACE_PREFIX)
+               if request.path.startswith(protocol.TRACE_PREFIX + "/") else self.base_url + request.path)
+        headers = {k: v for k, v in request.headers.items() if k not in self._DROP}
+        answer = self.http.request(request.method, url, content=request.body or None, headers=headers)
+        if 200 <= answer.status_code < 300 and protocol.is_write(request.method, route):
+            acked = time.time()
+            with self.lock:
+                for start, end in protocol.complete_calls(route, request.body):
+                    call = self.calls.setdefault((start or end)["id"], {"bytes": 0})
+                    call["bytes"] += len(json.dumps(start)) + len(json.dumps(end)) if start and end else len(
+                        json.dumps(start or end))
+                    if start:
+                        self.starts[start["id"]] += 1
+                        attributes = start.get("attributes") or {}
+                        call.update(trace_id=start.get("trace_id"), parent_id=start.get("parent_id"),
+                                    op=str(start.get("op_name")), **{k: attributes.get(k) for k in (
+                                        "experiment_name", "step", "sample_index", "rollout_n")})
+                    if end:
+                        call.update(ended_at=_timestamp(end.get("ended_at")), acked_at=acked)
+        return Response(answer.status_code, answer.content, answer.headers.get("content-type", "application/json"))
+
+    def phase_calls(self, experiment: str) -> list[dict]:
+        """The complete calls (start and end acknowledged) of one phase, each with its trajectory's root attributes."""
+        with self.lock:
+            calls = [dict(c, id=i) for i, c in self.calls.items() if "op" in c and "acked_at" in c]
+        roots = {c["trace_id"]: c for c in calls if c["parent_id"] is None}
+        mine = []
+        for call in calls:
+            root = roots.get(call["trace_id"])
+            if root is not None and root.get("experiment_name") == experiment:
+                mine.append(dict(call, step=root["step"], root_key=(root["step"], root["sample_index"],
+                                                                     root["rollout_n"])))
+        return mine
+
+
+def _timestamp(value) -> float | None:
+    if not value:
+        return None
+    return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+
+
+# ---- where a worker's CPU goes: py-spy samples, one record per worker per step ---------------------------------
+
+PARTS = ("verl_loop", "parser", "tool", "scoring", "trace_summary", "tracer", "flush", "executor_decode", "other")
+# innermost frames of a thread that waits (py-spy's idle detection lets some through): not CPU
+_WAITING = ("_worker (/", "Condition.wait (/", "Event.wait (/", "select (/", "EpollSelector.select (/",
+            "Worker.main_loop (/")
+
+
+def classify(frames: list[str]) -> str:
+    """The part of the agent loop a sampled stack (outermost first, "func (file:line)") is working for: the innermost
+    frame that belongs to a known part decides. "idle" for a thread that only waits."""
+    if not frames or (frames[-1].startswith(_WAITING) and (
+            not frames[-1].startswith("_worker (") or "concurrent/futures/thread.py:81)" in frames[-1])):
+        return "idle"
+    for frame in reversed(frames):
+        func, _, where = frame.partition(" (")
+        path = where.rsplit(":", 1)[0]
+        if "/weave/" in path or path.endswith("recipes/tracing.py"):
+            if any(f.startswith(("flush ", "_flush")) for f in frames):
+                return "flush"
+            return "tracer"
+        if path.endswith("verl/utils/rollout_trace.py"):
+            return "tracer"
+        if path.endswith(("recipes/tool_parser.py", "agent_loop/tool_parser.py")):
+            return "parser"
+        if "/tools/" in path and ("/verl/tools/" in path or path.startswith(str(REPO_ROOT))):
+            return "tool"
+        if path.endswith(("recipes/trajectory_score.py", "recipes/reward.py", "recipes/answers.py")) or (
+                "/verl/utils/reward_score/" in path):
+            return "scoring"
+        if path.endswith(("recipes/trajectory.py", "recipes/agent_loop.py")):
+            if any(f.startswith("summarize ") for f in frames):
+                return "trace_summary"
+            return "scoring"  # split_turns + decode + model_text: what the in-loop score reads
+        if "/verl/" in path or "/ray/" in path or "/asyncio/" in path or "/recipes/" in path:
+            return "verl_loop"
+    if any("concurrent/futures/thread.py" in f for f in frames) and any(f.startswith("decode ") for f in frames):
+        return "executor_decode"  # a bare tokenizer.decode in the loop's executor: a parser's, or token2text's
+    return "other"
+
+
+class StepProfiler:
+    """py-spy record on every worker for one step (non-blocking sampling of running threads, idle ones left out)."""
+
+    def __init__(self, pids: list[int], rate: int, out_dir: Path, keep: bool = False) -> None:
+        self.pids, self.rate, self.out_dir, self.keep = pids, rate, out_dir, keep
+        self.procs: list[tuple[int, subprocess.Popen, Path]] = []
+
+    def start(self, step: int) -> None:
+        if not self.rate:
+            return
+        exe = Path(sys.executable).with_name("py-spy")
+        for pid in self.pids:
+            out = self.out_dir / f"pyspy_{pid}_{step}.txt"
+            proc = subprocess.Popen([str(exe), "record", "--pid", str(pid), "--rate", str(self.rate), "--format",
+                                     "raw", "--full-filenames", "--nonblocking", "--output", str(out)],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            self.procs.append((pid, proc, out))
+        time.sleep(0.5)  # attached before the step starts
+
+    def stop(self) -> dict[int, Counter]:
+        """pid -> samples per part."""
+        parts: dict[int, Counter] = {}
+        for pid, proc, out in self.procs:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            counts = Counter()  # "idle" kept apart (not in PARTS)
+            if out.exists():
+                for line in out.read_text().splitlines():
+                    stack, _, n = line.rpartition(" ")
+                    if stack and n.isdigit():
+                        counts[classify(stack.split(";"))] += int(n)
+                if not self.keep:
+                    out.unlink()
+            parts[pid] = counts
+        self.procs = []
+        return parts
+
+
+# ---- one phase: a manager and its workers, --steps steps ------------------------------------------------------
+
+def train_dataset(config):
+    """verl's trainer's dataset: RLHFDataset over the prepared parquet (prompts too long for the config dropped)."""
+    from verl.trainer.ppo.utils import create_rl_dataset
+    from verl.utils import hf_tokenizer
+
+    tokenizer = hf_tokenizer(config.actor_rollout_ref.model.path)
+    return create_rl_dataset(config.data.train_files, config.data, tokenizer, None)
+
+
+def prompt_batches(dataset, config, args):
+    """verl's trainer's batches: its sampler and collate_fn, uid, the generation keys (RayPPOTrainer._get_gen_batch),
+    global_steps, n interleaved repeats."""
+    import numpy as np
+    from torch.utils.data import DataLoader
+    from verl.protocol import DataProto
+    from verl.trainer.ppo.utils import create_rl_sampler
+    from verl.utils.dataset.rl_dataset import collate_fn
+
+    loader = DataLoader(dataset, batch_size=args.prompts, sampler=create_rl_sampler(config.data, dataset),
+                        collate_fn=collate_fn, drop_last=True)
+    step = 0
+    while True:
+        for batch_dict in loader:
+            step += 1
+            batch = DataProto.from_single_dict(batch_dict)
+            batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
+            gen_batch = DataProto(non_tensor_batch=dict(batch.non_tensor_batch))  # every non-tensor key, no tensors
+            gen_batch.meta_info["global_steps"] = step
+            yield step, gen_batch.repeat(repeat_times=args.n, interleave=True)
+
+
+def expected_traced(batch, workers: int, per_worker: int | None) -> list[int]:
+    """Trajectories each worker traces: verl picks up to `per_worker` distinct prompts of its chunk at random and
+    traces all their rollouts (each chunk holds whole GRPO groups: --prompts is a multiple of --workers)."""
+    counts = []
+    for chunk in batch.chunk(workers):
+        groups = Counter(chunk.non_tensor_batch["index"].tolist())
+        chosen = len(groups) if per_worker is None else min(per_worker, len(groups))
+        counts.append(chosen * (len(chunk) // len(groups)))
+    return counts
+
+
+def _count_finished_calls(actor) -> bool:
+    """Run inside a worker: count the calls its weave client finishes, by trajectory (what the worker traced)."""
+    from verl.utils.rollout_trace import RolloutTraceConfig
+
+    if RolloutTraceConfig.get_backend() != "weave" or RolloutTraceConfig.get_client() is None:
+        return False
+    from weave.trace.weave_client import WeaveClient
+
+    if not hasattr(WeaveClient, "bench_finished"):
+        original, finished = WeaveClient.finish_call, Counter()
+
+        def finish_call(self, call, *args, **kwargs):
+            attributes = call.attributes or {}
+            finished[tuple(attributes.get(k) for k in ("step", "sample_index", "rollout_n"))] += 1
+            return original(self, call, *args, **kwargs)
+
+        WeaveClient.finish_call, WeaveClient.bench_finished = finish_call, finished
+    return True
+
+
+def _finished_calls(actor) -> dict:
+    from weave.trace.weave_client import WeaveClient
+
+    return dict(WeaveClient.bench_finished)
+
+
+def run_phase(phase: str, args, ctx) -> dict:
+    import psutil
+    import ray
+    from verl.experimental.agent_loop import AgentLoopManager
+    from verl.utils.import_utils import load_class_from_fqn
+    from verl.workers.rollout.llm_server import LLMServerClient
+
+    (ctx.work_dir / phase).mkdir(parents=True, exist_ok=True)
+    config, overrides = compose_bench_config(phase, args, ctx.data_dir, ctx.model_dir, ctx.work_dir / phase)
+    fqn = config.actor_rollout_ref.rollout.agent.get("agent_loop_manager_class")
+    manager_class = load_class_from_fqn(fqn, "AgentLoopManager") if fqn else AgentLoopManager
+    trace = config.actor_rollout_ref.rollout.trace
+    per_worker = trace.get("max_samples_per_step_per_worker") if trace.get("backend") else 0
+    log(f"phase {phase}: {manager_class.__name__}, agent loop "
+        f"{'verl ToolAgentLoop' if not config.actor_rollout_ref.rollout.agent.agent_loop_config_path else 'recipe'},"
+        f" parser {config.actor_rollout_ref.rollout.multi_turn.format}, trace {trace.get('backend')} "
+        f"({'all' if per_worker is None else per_worker} prompts per worker per step)")
+    started = time.perf_counter()
+    client = LLMServerClient(config=config, load_balancer_handle=ctx.load_balancer)
+    manager = manager_class.create(config=config, llm_client=client)
+    workers = manager.agent_loop_workers
+    pids = ray.get([w.__ray_call__.remote(lambda self: os.getpid()) for w in workers])
+    counting = ray.get([w.__ray_call__.remote(_count_finished_calls) for w in workers])
+    processes = [psutil.Process(pid) for pid in pids]
+    log(f"phase {phase}: {len(workers)} workers up in {time.perf_counter() - started:.1f} s (pids {pids})")
+    profiler = StepProfiler(pids, args.profile_rate, ctx.work_dir / phase, keep=args.work_dir is not None)
+    steps, made = [], Counter()
+    batches = prompt_batches(ctx.dataset, config, args)
+    for _ in range(args.steps):
+        step, batch = next(batches)
+        traced = expected_traced(batch, len(workers), per_worker) if per_worker != 0 else [0] * len(workers)
+        before = [p.cpu_times() for p in processes]
+        profiler.start(step)
+        start = time.perf_counter()
+        output = manager.generate_sequences(batch)
+        wall = time.perf_counter() - start
+        after = [p.cpu_times() for p in processes]
+        parts = profiler.stop()
+        cpu = [(a.user + a.system) - (b.user + b.system) for a, b in zip(after, before, strict=True)]
+        if len(output) != len(batch):
+            raise RuntimeError(f"phase {phase} step {step}: {len(output)} trajectories back for {len(batch)} sent")
+        record = {"step": step, "wall_s": wall, "trajectories": len(output), "worker_cpu_s": cpu,
+                  "rss_mb": [p.memory_info().rss / 2**20 for p in processes], "expected_traced": traced,
+                  "parts": {pid: dict(c) for pid, c in parts.items()}, "outcomes": outcomes(output),
+                  "spool": spool_state(ctx.spool)}
+        steps.append(record)
+        log(f"phase {phase} step {step}: {wall:.1f} s, worker CPU {sum(cpu):.1f} s "
+            f"({len(output) / max(sum(cpu), 1e-9):.0f} trajectories per CPU-s), traced {sum(traced)}, "
+            f"{record['outcomes']}")
+    if any(counting):
+        for counts in ray.get([w.__ray_call__.remote(_finished_calls) for w in workers]):
+            made.update(counts)
+        wait_for_acknowledgements(ctx.recorder, EXPERIMENT.format(phase=phase), sum(made.values()), args.ack_timeout)
+    for worker in workers:
+        ray.kill(worker)
+    return {"phase": phase, "steps": steps, "made_calls": dict(made), "per_worker": per_worker,
+            "profile_rate": args.profile_rate, "overrides": overrides,
+            "experiment": EXPERIMENT.format(phase=phase)}
+
+
+def wait_for_acknowledgements(recorder: AckRecorder, experiment: str, made: int, timeout_s: float) -> None:
+    """Until the endpoint acknowledged as many of the phase's calls as its workers finished (or the time is up)."""
+    start = time.monotonic()
+    while (acked := len(recorder.phase_calls(experiment))) < made and time.monotonic() - start < timeout_s:
+        time.sleep(0.5)
+    log(f"{experiment}: {acked} of {made} traced calls acknowledged by the W&B endpoint "
+        f"{time.monotonic() - start:.1f} s after the last step")
+
+
+def outcomes(output) -> dict:
+    """What the trajectories did: mean turns, share answered right, with a bad call, at the length limit."""
+    import numpy as np
+
+    nt = output.non_tensor_batch
+    response_length = output.batch["responses"].shape[1]
+    lengths = output.batch["attention_mask"][:, -response_length:].sum(dim=1)
+    summary = {"turns": round(float(np.mean(nt["__num_turns__"])), 2),
+               "at_length_limit": round(float((lengths >= response_length).float().mean()), 3)}
+    if "acc" in nt:
+        summary["correct"] = round(float(np.mean(nt["acc"])), 3)
+        summary["bad_call"] = round(float(np.mean(nt["num_bad_tool_calls"] > 0)), 3)
+    return summary
+
+
+def spool_state(spool: Path) -> dict:
+    segments = sorted((spool / "segments").glob("*.spool")) if (spool / "segments").is_dir() else []
+    checkpoint = json.loads((spool / "checkpoint.json").read_text()) if (spool / "checkpoint.json").is_file() else {}
+    return {"bytes": sum(p.stat().st_size for p in segments), "sent_records": checkpoint.get("sent", 0)}
+
+
+# ---- set-up: data, W&B endpoint, recorder, relay, Ray, LLM servers ---------------------------------------------
+
+class Context:
+    pass
+
+
+def prepare_data(args, work_dir: Path) -> Path:
+    from data_prep import gsm8k
+
+    out = work_dir / "data"
+    rows = min(7473, args.prompts * args.steps)
+    if gsm8k.main(["--input_dir", str(args.gsm8k_dir), "--local_save_dir", str(out), "--tool_set", args.tool_set,
+                   "--train_size", str(rows), "--test_size", "8"]) != 0:
+        raise RuntimeError("data prep failed")
+    return out
+
+
+def start_endpoint(stack: ExitStack) -> tuple[str, str, str]:
+    """(base URL, trace URL, API key) of the W&B endpoint: WANDB_BASE_URL's when set, else a loopback stand-in."""
+    if os.environ.get("WANDB_BASE_URL"):
+        base = os.environ["WANDB_BASE_URL"].rstrip("/")
+        return base, os.environ.get("WF_TRACE_SERVER_URL", base + "/traces"), os.environ.get("WANDB_API_KEY", "")
+    from recipes.standins.weave_http_server import API_KEY, loopback_wandb
+
+    wandb = stack.enter_context(loopback_wandb())
+    return wandb.url, wandb.url + "/traces", API_KEY
+
+
+def setup(args, stack: ExitStack) -> Context:
+    import ray
+    from verl.workers.rollout.router import get_router_handle
+
+    from recipes.cpu_backend.qwen_tokenizer import build_tiny_qwen2_model_dir, default_cache_dir
+    from recipes.standins.gsm8k_replay_llm import GSM8KReplayServer
+    from recipes.trace_relay.http import LoopbackHTTPServer
+    from recipes.tracing import RELAY_CLIENT_KEY
+
+    ctx = Context()
+    ctx.work_dir = Path(args.work_dir or stack.enter_context(tempfile.TemporaryDirectory(prefix="bench_rollout_")))
+    ctx.work_dir.mkdir(parents=True, exist_ok=True)
+    ctx.data_dir = prepare_data(args, ctx.work_dir)
+    ctx.model_dir = build_tiny_qwen2_model_dir(default_cache_dir() / "tiny-qwen2")
+    base, trace, key = start_endpoint(stack)
+    ctx.recorder = AckRecorder(base, trace)
+    recorder_http = LoopbackHTTPServer(ctx.recorder).start()
+    stack.callback(recorder_http.stop)
+    log(f"W&B endpoint {base} ({'WANDB_BASE_URL' if os.environ.get('WANDB_BASE_URL') else 'loopback stand-in'}),"
+        f" acknowledgements recorded at {recorder_http.url}")
+    ctx.spool = ctx.work_dir / "trace_spool"
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "WF_"))}
+    relay_env = {**clean, "WANDB_BASE_URL": recorder_http.url, "WF_TRACE_SERVER_URL": recorder_http.url + "/traces",
+                 "WANDB_API_KEY": key, "WANDB_ERROR_REPORTING": "false"}
+    ctx.relay, relay_url = start_trace_relay(ctx.spool, relay_env)
+    stack.callback(_stop_relay, ctx)
+    log(f"trace relay {relay_url} (spool {ctx.spool})")
+    env = {**NO_EGRESS_ENV, TRACE_RELAY_ENV: relay_url, "PYTHONPATH": str(REPO_ROOT),
+           # verl's own weave path (the verl_weave phase) reads these; the recipe's workers set the same from
+           # TRACE_RELAY_ENV (recipes/tracing.py use_trace_relay)
+           "WANDB_BASE_URL": relay_url, "WF_TRACE_SERVER_URL": relay_url + "/traces", "WANDB_API_KEY": RELAY_CLIENT_KEY}
+    ray_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="br_ray_", dir="/tmp"))
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"  # read by ray.init here, for the cluster it starts
+    ray.init(address="local", num_cpus=args.workers + args.servers + 4, include_dashboard=False,
+             log_to_driver=args.verbose, _temp_dir=ray_dir, runtime_env={"env_vars": env})
+    stack.callback(ray.shutdown)
+    config, _ = compose_bench_config("recipe", args, ctx.data_dir, ctx.model_dir, ctx.work_dir)
+    ctx.dataset = train_dataset(config)
+    rollout = config.actor_rollout_ref.rollout
+    server_class = ray.remote(GSM8KReplayServer)
+    ctx.servers = {f"gsm8k-replay-{i}": server_class.options(name=f"gsm8k_replay_{i}").remote(
+        str(args.gsm8k_dir / "train.jsonl"), rollout.prompt_length, rollout.response_length,
+        rollout.multi_turn.max_assistant_turns, seed=args.seed + i) for i in range(args.servers)}
+    ctx.load_balancer = get_router_handle(servers=ctx.servers, router_config_path=None, full_determinism=False,
+                                          load_balancer_cls=None)
+    return ctx
+
+
+def _stop_relay(ctx) -> None:
+    ctx.relay.send_signal(signal.SIGTERM)
+    try:
+        ctx.relay_output = ctx.relay.communicate(timeout=180)[0]
+    except subprocess.TimeoutExpired:
+        ctx.relay.kill()
+        ctx.relay_output = ctx.relay.communicate()[0]
+
+
+# ---- figures -----------------------------------------------------------------------------------------------------
+
+def steady(steps: list[dict]) -> list[dict]:
+    """The steps after the first (the first pays for warm-up: imports, first template renders), if there are any."""
+    return steps[1:] if len(steps) > 1 else steps
+
+
+def cpu_figures(result: dict) -> dict:
+    runs = steady(result["steps"])
+    cpu = sum(sum(s["worker_cpu_s"]) for s in runs)
+    trajectories = sum(s["trajectories"] for s in runs)
+    samples = Counter()
+    for s in runs:
+        for parts in s["parts"].values():
+            samples.update(parts)
+    total = sum(samples[part] for part in PARTS)
+    shares = {part: samples[part] / total for part in PARTS} if total else {}
+    rss = [s["rss_mb"] for s in result["steps"]]
+    turns = sum(s["outcomes"]["turns"] * s["trajectories"] for s in runs)
+    return {"cpu_per_step_s": cpu / len(runs), "cpu_per_trajectory_ms": 1e3 * cpu / trajectories,
+            "cpu_per_turn_ms": 1e3 * cpu / turns, "turns_per_trajectory": turns / trajectories,
+            "profile_coverage": total / result["profile_rate"] / cpu if result["profile_rate"] else 0.0,
+            "trajectories_per_cpu_s": trajectories / cpu, "wall_per_step_s": sum(s["wall_s"] for s in runs) / len(runs),
+            "max_worker_cpu_per_step_s": max(max(s["worker_cpu_s"]) for s in runs), "shares": shares,
+            "rss_step1_mb": rss[0], "rss_end_mb": rss[-1],
+            "rss_growth_mb": max(end - first for first, end in zip(rss[0], rss[-1], strict=True))}
+
+
+def trace_figures(result: dict, recorder: AckRecorder) -> dict:
+    calls = recorder.phase_calls(result["experiment"])
+    made = result["made_calls"]
+    made_by_key = Counter({k: v for k, v in made.items() if isinstance(k, tuple)})
+    acked_by_key, roots_by_key = defaultdict(set), defaultdict(set)
+    per_step = defaultdict(lambda: {"calls": 0, "bytes": 0})
+    lags = []
+    for call in calls:
+        acked_by_key[call["root_key"]].add(call["id"])
+        if call["parent_id"] is None:
+            roots_by_key[call["root_key"]].add(call["id"])
+        per_step[call["step"]]["calls"] += 1
+        per_step[call["step"]]["bytes"] += call["bytes"]
+        if call.get("ended_at"):
+            lags.append(1e3 * (call["acked_at"] - call["ended_at"]))
+    expected = sum(sum(s["expected_traced"]) for s in result["steps"])
+    acknowledged = sum(1 for key, n in made_by_key.items() if len(acked_by_key.get(key, ())) >= n
+                       and len(roots_by_key.get(key, ())) >= 1)
+    twice = {i for call in calls for i in [call["id"]] if recorder.starts[i] > 1}
+    duplicates = sum(1 for key, ids in roots_by_key.items() if len(ids) > 1 or ids & twice)
+    lags.sort()
+    return {"expected": expected, "made_trajectories": len(made_by_key), "made_calls": sum(made_by_key.values()),
+            "acked_calls": len(calls), "acknowledged": acknowledged, "lost": expected - acknowledged,
+            "duplicates": duplicates, "per_step": dict(per_step),
+            "lag_p50_ms": _percentile(lags, 0.50), "lag_p99_ms": _percentile(lags, 0.99),
+            "lag_max_ms": lags[-1] if lags else float("nan")}
+
+
+def _percentile(values: list[float], q: float) -> float:
+    return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
+
+
+def report(args, results: dict[str, dict], recorder: AckRecorder) -> dict:
+    """Print the per-step and per-phase tables; the figures of the RESULT line."""
+    figures = {}
+    for phase, result in results.items():
+        cpu = figures.setdefault(phase, {})["cpu"] = cpu_figures(result)
+        print(f"\n== {phase} ({result['experiment']}): per step")
+        print("step  wall_s  worker_cpu_s  traj/cpu_s  max_worker_cpu_s  traced  calls  bytes  spool_bytes  outcomes")
+        tf = trace_figures(result, recorder) if result["per_worker"] != 0 else None
+        figures[phase]["trace"] = tf
+        for s in result["steps"]:
+            per = (tf or {}).get("per_step", {}).get(s["step"], {"calls": 0, "bytes": 0})
+            cpu_s = sum(s["worker_cpu_s"])
+            print(f"{s['step']:>4}  {s['wall_s']:6.1f}  {cpu_s:12.1f}  {s['trajectories'] / cpu_s:10.0f}  "
+                  f"{max(s['worker_cpu_s']):16.1f}  {sum(s['expected_traced']):6}  {per['calls']:5}  "
+                  f"{per['bytes']:5}  {s['spool']['bytes']:11}  {s['outcomes']}")
+        print(f"steady (steps after the first): {cpu['cpu_per_step_s']:.1f} worker CPU-s per step, "
+              f"{cpu['cpu_per_trajectory_ms']:.2f} ms per trajectory ({cpu['turns_per_trajectory']:.2f} turns, "
+              f"{cpu['cpu_per_turn_ms']:.2f} ms per turn), {cpu['trajectories_per_cpu_s']:.0f} "
+              f"trajectories per CPU-s, wall {cpu['wall_per_step_s']:.1f} s; busiest worker "
+              f"{cpu['max_worker_cpu_per_step_s']:.1f} CPU-s in a step")
+        if cpu["shares"]:
+            print(f"where worker CPU goes (py-spy samples, {100 * cpu['profile_coverage']:.0f}% of it sampled): "
+                  + ", ".join(f"{part} {100 * share:.1f}%" for part, share in cpu["shares"].items() if share))
+        print("worker RSS MB after step 1: " + " ".join(f"{v:.0f}" for v in cpu["rss_step1_mb"])
+              + "; at the end: " + " ".join(f"{v:.0f}" for v in cpu["rss_end_mb"])
+              + f"; largest growth {cpu['rss_growth_mb']:.1f} MB")
+        if tf:
+            print(f"traces: {tf['expected']} trajectories expected, {tf['made_trajectories']} traced by the workers "
+                  f"({tf['made_calls']} calls), {tf['acked_calls']} calls acknowledged by the W&B endpoint, "
+                  f"{tf['acknowledged']} trajectories complete there, {tf['lost']} lost, {tf['duplicates']} twice; "
+                  f"lag from a call's end to its acknowledgement p50 {tf['lag_p50_ms']:.0f} ms, "
+                  f"p99 {tf['lag_p99_ms']:.0f} ms, max {tf['lag_max_ms']:.0f} ms")
+    return figures
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--steps", type=int, default=3, help="steps per phase (the first counts as warm-up when > 1)")
+    p.add_argument("--prompts", type=int, default=256, help="prompts per step (data.train_batch_size)")
+    p.add_argument("--n", type=int, default=16, help="rollouts per prompt (actor_rollout_ref.rollout.n)")
+    p.add_argument("--workers", type=int, default=8, help="agent-loop workers (rollout.agent.num_workers)")
+    p.add_argument("--servers", type=int, default=2, help="LLM server stand-ins behind verl's load balancer")
+    p.add_argument("--phases", default=",".join(PHASES), help=f"comma-separated, of {', '.join(PHASES)}")
+    p.add_argument("--trace-all", action="store_true", help="the recipe phase traces every trajectory")
+    p.add_argument("--tool-set", default="calculator", help="as TOOL_SET (data prep and config)")
+    p.add_argument("--profile-rate", type=int, default=50, help="py-spy samples per second per worker (0: off)")
+    p.add_argument("--ack-timeout", type=float, default=120.0,
+                   help="seconds to wait after a phase for the endpoint to acknowledge its traced calls")
+    p.add_argument("--gsm8k-dir", type=Path, default=SHARED_GSM8K_DIR, help="GSM8K's train.jsonl / test.jsonl")
+    p.add_argument("--work-dir", type=Path, help="keep data, spool and profiles here (default: a temporary dir)")
+    p.add_argument("--json", type=Path, help="write every figure here")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--verbose", action="store_true", help="show the Ray workers' logs")
+    args = p.parse_args(argv)
+    args.phases = [x for x in args.phases.split(",") if x]
+    unknown = set(args.phases) - set(PHASES)
+    if unknown:
+        p.error(f"unknown phases {sorted(unknown)}: choose from {', '.join(PHASES)}")
+    if min(args.steps, args.prompts, args.n, args.workers, args.servers) < 1:
+        p.error("--steps, --prompts, --n, --workers and --servers must be positive")
+    if args.prompts % args.workers:
+        p.error(f"--prompts ({args.prompts}) must be a multiple of --workers ({args.workers}): verl splits a step "
+                "into equal chunks, and whole GRPO groups keep the traced count exact")
+    if not (args.gsm8k_dir / "train.jsonl").is_file():
+        p.error(f"no GSM8K at {args.gsm8k_dir} (train.jsonl): pass --gsm8k-dir")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    log(f"{args.steps} steps x {args.prompts} prompts x {args.n} rollouts on {args.workers} agent-loop workers, "
+        f"{args.servers} LLM server stand-ins, profile {PROFILE}, phases {', '.join(args.phases)}"
+        + (", tracing every trajectory" if args.trace_all else ""))
+    started = time.perf_counter()
+    with ExitStack() as stack:
+        ctx = setup(args, stack)
+        results = {phase: run_phase(phase, args, ctx) for phase in args.phases}
+        servers = [ray_get(s.stats.remote()) for s in ctx.servers.values()]
+        figures = report(args, results, ctx.recorder)
+    print("\n" + ctx.relay_output.strip().splitlines()[-1] if ctx.relay_output.strip() else "")
+    kinds = Counter()
+    for stats in servers:
+        kinds.update(stats)
+    log(f"LLM stand-in: {dict(kinds)}")
+    if kinds["unknown_question"]:
+        raise RuntimeError(f"{kinds['unknown_question']} prompts held no GSM8K training question")
+    log(f"total wall time {time.perf_counter() - started:.0f} s")
+    if args.json:
+        kept = {phase: dict(r, made_calls={str(k): v for k, v in r["made_calls"].items()})
+                for phase, r in results.items()}
+        args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "results": kept,
+                                         "figures": figures}, default=str, indent=1))
+    print(result_line(args, results, figures))
+    return 0
+
+
+def ray_get(ref):
+    import ray
+
+    return ray.get(ref)
+
+
+def result_line(args, results: dict, figures: dict) -> str:
+    nan = float("nan")
+    traced = figures.get(TRACED_PHASE, {}).get("trace") or {}
+    recipe_untraced, plain = (figures.get(p, {}).get("cpu") for p in ("recipe_untraced", "plain"))
+    ratio = recipe_untraced["cpu_per_trajectory_ms"] / plain["cpu_per_trajectory_ms"] if recipe_untraced and plain \
+        else nan
+    recipe = figures.get(TRACED_PHASE, {}).get("cpu")
+    share = sum(recipe["shares"].get(p, 0.0) for p in ("tracer", "flush", "trace_summary")) if recipe else nan
+    trajectories = sum(s["trajectories"] for s in results.get(TRACED_PHASE, {}).get("steps", []))
+    return (f"RESULT trajectories={trajectories} steps={args.steps} traced={traced.get('expected', 0)} "
+            f"acknowledged={traced.get('acknowledged', 0)} lost_traces={traced.get('lost', 0)} "
+            f"duplicate_traces={traced.get('duplicates', 0)} recipe_cpu_ratio={ratio:.3f} "
+            f"trace_cpu_share={share:.4f} worker_rss_growth_mb={recipe['rss_growth_mb'] if recipe else nan:.1f} "
+            f"relay_lag_p99_ms={traced.get('lag_p99_ms', nan):.0f}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,119 @@
+"""scripts/bench_rollout.py at its CI shape (2 steps x 8 prompts x 4 rollouts on 2 agent-loop workers): verl's real
+agent-loop manager and workers in a real Ray cluster, the recipe's config for PROFILE=8xh100, its tools, parser,
+reward, tracing and trace relay, against the GSM8K replay LLM stand-in (recipes/standins/gsm8k_replay_llm.py).
+W&B is this test's own loopback stand-in, given to the bench in WANDB_BASE_URL. Every trajectory comes back, and every
+call the workers traced reaches W&B exactly once.
+The stand-in's own rules (turns from GSM8K's solutions, the kinds of trajectory) are checked without Ray."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from recipes.constants import CALCULATOR, REPO_ROOT
+from recipes.standins.gsm8k_replay_llm import KINDS, load_solutions, replay_turns
+from recipes.standins.weave_http_server import API_KEY, loopback_wandb
+
+pytestmark = pytest.mark.timeout(600)
+
+SHAPE = ["--steps", "2", "--prompts", "8", "--n", "4", "--workers", "2"]
+TRAJECTORIES, TRACED = 2 * 8 * 4, 2 * 2 * 2 * 4  # steps x prompts x n; steps x workers x 2 prompts x n
+
+
+@pytest.fixture(scope="module")
+def bench(shared_gsm8k_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench_rollout")
+    with loopback_wandb() as wandb:
+        env = {**os.environ, **wandb.env, "WANDB_API_KEY": API_KEY}
+        proc = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "bench_rollout.py"), *SHAPE,
+                               "--servers", "1", "--phases", "recipe", "--profile-rate", "0",
+                               "--json", str(out / "figures.json")],
+                              env=env, capture_output=True, text=True, timeout=540, cwd=out)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        calls = wandb.storage.recorded_calls()
+        starts = dict(wandb.app.call_starts_received)
+    result = dict(re.findall(r"(\w+)=(\S+)", proc.stdout.strip().splitlines()[-1]))
+    return {"result": result, "stdout": proc.stdout, "calls": calls, "starts": starts, "out": out,
+            "figures": json.loads((out / "figures.json").read_text())}
+
+
+def test_every_trajectory_and_every_traced_call_is_accounted_for(bench):
+    result, recipe = bench["result"], bench["figures"]["results"]["recipe"]
+    assert bench["stdout"].strip().splitlines()[-1].startswith("RESULT ")
+    assert (result["trajectories"], result["steps"], result["traced"]) == (str(TRAJECTORIES), "2", str(TRACED))
+    assert (result["acknowledged"], result["lost_traces"], result["duplicate_traces"]) == (str(TRACED), "0", "0")
+    assert [s["trajectories"] for s in recipe["steps"]] == [TRAJECTORIES // 2] * 2
+    assert [sum(s["expected_traced"]) for s in recipe["steps"]] == [TRACED // 2] * 2
+    # what W&B (this test's stand-in) holds: each traced trajectory once, with every call its worker finished
+    mine = [c for c in bench["calls"] if (c["attributes"] or {}).get("experiment_name") == "bench_rollout_recipe"]
+    roots = [c for c in mine if c["parent_id"] is None]
+    assert len({(r["attributes"]["step"], r["attributes"]["sample_index"], r["attributes"]["rollout_n"])
+                for r in roots}) == len(roots) == TRACED
+    assert len(mine) == sum(recipe["made_calls"].values()) and all(c["ended"] for c in mine)
+    assert set(bench["starts"].values()) == {1}
+
+
+def test_the_run_is_the_recipes_as_the_launcher_composes_it(bench, launcher_overrides):
+    recipe = bench["figures"]["results"]["recipe"]
+    stdout = bench["stdout"]
+    assert "TracedAgentLoopManager, agent loop recipe, parser hermes_with_feedback, trace weave" in stdout
+    # the launcher's overrides for PROFILE=8xh100, every one (hydra.run.dir aside; the tool config, agent loop and
+    # reward paths go through compose_trainer_config, as in every in-process harness)
+    launcher_keys = {o.split("=", 1)[0] for o in launcher_overrides} - {"hydra.run.dir"} - {
+        "actor_rollout_ref.rollout.multi_turn.tool_config_path",
+        "actor_rollout_ref.rollout.agent.agent_loop_config_path", "reward.custom_reward_function.path"}
+    assert launcher_keys <= {o.split("=", 1)[0] for o in recipe["overrides"]}
+    assert "profile=8xh100" in recipe["overrides"]
+
+
+def test_every_kind_of_trajectory_ran(bench):
+    stand_in = re.search(r"LLM stand-in: (\{.*\})", bench["stdout"]).group(1)
+    for kind in {kind for _, kind in KINDS}:
+        assert f"'kind_{kind}'" in stand_in, stand_in
+    assert "'cut_by_length'" in stand_in and "unknown_question" not in stand_in
+    outcomes = [s["outcomes"] for s in bench["figures"]["results"]["recipe"]["steps"]]
+    assert all(0 < o["correct"] < 1 and o["bad_call"] > 0 and o["at_length_limit"] > 0 for o in outcomes)
+
+
+# ---- the stand-in's rules, without Ray ----------------------------------------------------------------------------
+
+NATALIA = ("Natalia sold 48/2 = <<48/2=24>>24 clips in May.\nNatalia sold 48+24 = <<48+24=72>>72 clips altogether "
+           "in April and May.\n#### 72")
+
+
+def _calls(turn: str) -> list[str]:
+    return re.findall(r"<tool_call>\n(.*?)\n</tool_call>", turn, re.DOTALL)
+
+
+def test_a_solution_becomes_one_calculator_call_per_step_then_the_answer():
+    turns = replay_turns(NATALIA, "solve", "Let's go.", max_calls=4)
+    assert [json.loads(c)["arguments"]["expression"] for t in turns for c in _calls(t)] == ["48/2", "48+24"]
+    assert all(json.loads(c)["name"] == CALCULATOR for t in turns for c in _calls(t))
+    assert turns[0].startswith("Let's go.\nNatalia sold 48/2 =") and turns[-1].endswith("#### 72")
+    assert "<<" not in "".join(turns)
+    assert replay_turns(NATALIA, "wrong", "x", 4)[-1].endswith("#### 73")
+    assert _calls(replay_turns(NATALIA, "direct", "x", 4)[0]) == []
+    assert len(replay_turns(NATALIA, "solve", "x", max_calls=1)) == 2  # the turn limit: the rest written out
+
+
+def test_a_malformed_call_is_not_json_and_is_written_again():
+    turns = replay_turns(NATALIA, "malformed", "x", 4)
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(_calls(turns[0])[0])
+    assert json.loads(_calls(turns[1])[0])["arguments"]["expression"] == "48/2"
+    assert turns[-1].endswith("#### 72")
+
+
+def test_over_gsm8k_train_the_calls_follow_its_steps(shared_gsm8k_dir):
+    solutions = load_solutions(shared_gsm8k_dir / "train.jsonl")
+    assert len(solutions) > 7000
+    for solution in list(solutions.values())[:2000]:
+        steps = len(re.findall(r"<<[^<>]*>>", solution))
+        turns = replay_turns(solution, "solve", "x", 4)
+        assert sum(len(_calls(t)) for t in turns) == min(steps, 4)
+        assert turns[-1].rsplit("####", 1)[1].strip() == solution.rsplit("####", 1)[1].strip()
