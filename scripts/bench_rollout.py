@@ -51,6 +51,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 from recipes.constants import REPO_ROOT, SHARED_GSM8K_DIR, TRACE_RELAY_ENV  # noqa: E402
 
 PHASES = ("plain", "verl_weave", "recipe_untraced", "recipe")
+GPU_STEP_ESTIMATE_S = 90  # docs/configuration.md, "Step time on 8xH100 (estimate)"
 TRACED_PHASE = "recipe"
 PROFILE = "8xh100"
 EXPERIMENT = "bench_rollout_{phase}"
@@ -216,6 +217,33 @@ def classify(frames: list[str]) -> str:
     return "other"
 
 
+def thread_cpu(pid: int) -> dict[int, float]:
+    """CPU-seconds of each thread of a process (thread id -> seconds), from /proc."""
+    ticks, seconds = os.sysconf("SC_CLK_TCK"), {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        seconds[int(task.name)] = (int(fields[11]) + int(fields[12])) / ticks
+    return seconds
+
+
+def _thread_names(actor) -> dict[int, str]:
+    """Run inside a worker: its Python threads' names by thread id (the event loop's, the executor's, weave's)."""
+    import re
+    import threading
+
+    return {t.native_id: re.sub(r"[-_]?\d+$", "", t.name) for t in threading.enumerate()}
+
+
+def by_thread_name(before: dict[int, float], after: dict[int, float], names: dict[int, str]) -> Counter:
+    groups = Counter()
+    for tid, seconds in after.items():
+        groups[names.get(tid, "other (Ray core, C++)")] += seconds - before.get(tid, 0.0)
+    return groups
+
+
 class StepProfiler:
     """py-spy record on every worker for one step (non-blocking sampling of running threads, idle ones left out)."""
 
@@ -359,11 +387,16 @@ def run_phase(phase: str, args, ctx) -> dict:
         step, batch = next(batches)
         traced = expected_traced(batch, len(workers), per_worker) if per_worker != 0 else [0] * len(workers)
         before = [p.cpu_times() for p in processes]
+        threads_before = [thread_cpu(pid) for pid in pids]
         profiler.start(step)
         start = time.perf_counter()
         output = manager.generate_sequences(batch)
         wall = time.perf_counter() - start
         after = [p.cpu_times() for p in processes]
+        threads = Counter()
+        names = ray.get([w.__ray_call__.remote(_thread_names) for w in workers])
+        for pid, earlier, named in zip(pids, threads_before, names, strict=True):
+            threads.update(by_thread_name(earlier, thread_cpu(pid), named))
         parts = profiler.stop()
         cpu = [(a.user + a.system) - (b.user + b.system) for a, b in zip(after, before, strict=True)]
         if len(output) != len(batch):
@@ -371,6 +404,7 @@ def run_phase(phase: str, args, ctx) -> dict:
         record = {"step": step, "wall_s": wall, "trajectories": len(output), "worker_cpu_s": cpu,
                   "rss_mb": [p.memory_info().rss / 2**20 for p in processes], "expected_traced": traced,
                   "parts": {pid: dict(c) for pid, c in parts.items()}, "outcomes": outcomes(output),
+                  "threads_cpu_s": {k: round(v, 2) for k, v in threads.most_common() if v > 0},
                   "spool": spool_state(ctx.spool)}
         steps.append(record)
         log(f"phase {phase} step {step}: {wall:.1f} s, worker CPU {sum(cpu):.1f} s "
@@ -520,13 +554,17 @@ def cpu_figures(result: dict) -> dict:
     total = sum(samples[part] for part in PARTS)
     shares = {part: samples[part] / total for part in PARTS} if total else {}
     rss = [s["rss_mb"] for s in result["steps"]]
+    threads = Counter()
+    for s in runs:
+        threads.update(s.get("threads_cpu_s", {}))
     turns = sum(s["outcomes"]["turns"] * s["trajectories"] for s in runs)
     return {"cpu_per_step_s": cpu / len(runs), "cpu_per_trajectory_ms": 1e3 * cpu / trajectories,
             "cpu_per_turn_ms": 1e3 * cpu / turns, "turns_per_trajectory": turns / trajectories,
             "profile_coverage": total / result["profile_rate"] / cpu if result["profile_rate"] else 0.0,
             "trajectories_per_cpu_s": trajectories / cpu, "wall_per_step_s": sum(s["wall_s"] for s in runs) / len(runs),
             "max_worker_cpu_per_step_s": max(max(s["worker_cpu_s"]) for s in runs), "shares": shares,
-            "rss_step1_mb": rss[0], "rss_end_mb": rss[-1],
+            "rss_step1_mb": rss[0], "rss_end_mb": rss[-1], "rss_by_step_mb": [max(r) for r in rss],
+            "threads_cpu_per_step_s": {k: v / len(runs) for k, v in threads.most_common()},
             "rss_growth_mb": max(end - first for first, end in zip(rss[0], rss[-1], strict=True))}
 
 
@@ -551,7 +589,8 @@ def trace_figures(result: dict, recorder: AckRecorder) -> dict:
     twice = {i for call in calls for i in [call["id"]] if recorder.starts[i] > 1}
     duplicates = sum(1 for key, ids in roots_by_key.items() if len(ids) > 1 or ids & twice)
     lags.sort()
-    return {"expected": expected, "made_trajectories": len(made_by_key), "made_calls": sum(made_by_key.values()),
+    return {"expected": expected, "expected_per_step": expected / len(result["steps"]),
+            "made_trajectories": len(made_by_key), "made_calls": sum(made_by_key.values()),
             "acked_calls": len(calls), "acknowledged": acknowledged, "lost": expected - acknowledged,
             "duplicates": duplicates, "per_step": dict(per_step),
             "lag_p50_ms": _percentile(lags, 0.50), "lag_p99_ms": _percentile(lags, 0.99),
@@ -585,6 +624,12 @@ def report(args, results: dict[str, dict], recorder: AckRecorder) -> dict:
         if cpu["shares"]:
             print(f"where worker CPU goes (py-spy samples, {100 * cpu['profile_coverage']:.0f}% of it sampled): "
                   + ", ".join(f"{part} {100 * share:.1f}%" for part, share in cpu["shares"].items() if share))
+        print("worker CPU-s per step by thread: " + ", ".join(
+            f"{name} {seconds:.1f}" for name, seconds in cpu["threads_cpu_per_step_s"].items() if seconds >= 0.05))
+        if len(result["steps"]) > 5:
+            every = max(1, len(result["steps"]) // 10)
+            print("largest worker RSS MB by step: " + ", ".join(
+                f"{s['step']}: {max(s['rss_mb']):.0f}" for s in result["steps"][::every]))
         print("worker RSS MB after step 1: " + " ".join(f"{v:.0f}" for v in cpu["rss_step1_mb"])
               + "; at the end: " + " ".join(f"{v:.0f}" for v in cpu["rss_end_mb"])
               + f"; largest growth {cpu['rss_growth_mb']:.1f} MB")
@@ -595,6 +640,24 @@ def report(args, results: dict[str, dict], recorder: AckRecorder) -> dict:
                   f"lag from a call's end to its acknowledgement p50 {tf['lag_p50_ms']:.0f} ms, "
                   f"p99 {tf['lag_p99_ms']:.0f} ms, max {tf['lag_max_ms']:.0f} ms")
     return figures
+
+
+def print_goals(args, figures: dict) -> None:
+    goals = comparisons(figures)
+    print("\n== goals")
+    print(f"recipe untraced / verl plain, worker CPU per trajectory: {goals['recipe_cpu_ratio']:.3f} (goal <= 1.10); "
+          f"per assistant turn: {goals['recipe_cpu_ratio_per_turn']:.3f} (the recipe answers a malformed call and "
+          "the trajectory goes on; verl's hermes parser ends it)")
+    print(f"tracing at {'every trajectory' if args.trace_all else 'the profile rate'}: "
+          f"{100 * goals['trace_cpu_share']:.2f}% of worker CPU per step (traced vs untraced phase; goal <= 2%), "
+          f"{goals['trace_ms_per_traced_trajectory']:.1f} ms per traced trajectory; py-spy's share of runnable "
+          f"samples in tracing: {100 * goals.get('trace_cpu_share_sampled', float('nan')):.1f}%; verl's own weave "
+          f"tracing at the same rate: {100 * goals['verl_weave_cpu_share']:.1f}% of worker CPU")
+    if "worker_cpu_per_step_s" in goals:
+        full = goals["worker_cpu_per_trajectory_ms"] * 4096 / 1e3
+        print(f"agent-loop worker CPU: {goals['worker_cpu_per_step_s']:.1f} CPU-s per step at this shape, "
+              f"{full:.0f} CPU-s per 4,096 trajectories = {full / GPU_STEP_ESTIMATE_S:.2f} x the "
+              f"{GPU_STEP_ESTIMATE_S} s estimated for a GPU step (docs/configuration.md)")
 
 
 def parse_args(argv=None):
@@ -641,6 +704,7 @@ def main(argv=None) -> int:
         results = {phase: run_phase(phase, args, ctx) for phase in args.phases}
         servers = [ray_get(s.stats.remote()) for s in ctx.servers.values()]
         figures = report(args, results, ctx.recorder)
+        print_goals(args, figures)
     print("\n" + ctx.relay_output.strip().splitlines()[-1] if ctx.relay_output.strip() else "")
     kinds = Counter()
     for stats in servers:
@@ -664,19 +728,42 @@ def ray_get(ref):
     return ray.get(ref)
 
 
+def comparisons(figures: dict) -> dict:
+    """The goals' figures, from the phases that ran (nan where a phase is missing)."""
+    nan = float("nan")
+    cpu = {phase: f["cpu"] for phase, f in figures.items()}
+    out = {"recipe_cpu_ratio": nan, "recipe_cpu_ratio_per_turn": nan, "trace_cpu_share": nan,
+           "trace_ms_per_traced_trajectory": nan, "verl_weave_cpu_share": nan}
+    if "plain" in cpu and "recipe_untraced" in cpu:
+        recipe, plain = cpu["recipe_untraced"], cpu["plain"]
+        out["recipe_cpu_ratio"] = recipe["cpu_per_trajectory_ms"] / plain["cpu_per_trajectory_ms"]
+        out["recipe_cpu_ratio_per_turn"] = recipe["cpu_per_turn_ms"] / plain["cpu_per_turn_ms"]
+    if TRACED_PHASE in cpu and "recipe_untraced" in cpu:
+        traced, untraced = cpu[TRACED_PHASE]["cpu_per_step_s"], cpu["recipe_untraced"]["cpu_per_step_s"]
+        out["trace_cpu_share"] = (traced - untraced) / traced
+        per_step = (figures[TRACED_PHASE]["trace"] or {}).get("expected_per_step") or nan
+        out["trace_ms_per_traced_trajectory"] = 1e3 * (traced - untraced) / per_step
+    if "verl_weave" in cpu and "plain" in cpu:
+        out["verl_weave_cpu_share"] = 1 - cpu["plain"]["cpu_per_step_s"] / cpu["verl_weave"]["cpu_per_step_s"]
+    if TRACED_PHASE in cpu:
+        out["trace_cpu_share_sampled"] = sum(cpu[TRACED_PHASE]["shares"].get(p, 0.0)
+                                             for p in ("tracer", "flush", "trace_summary"))
+        out["worker_cpu_per_step_s"] = cpu[TRACED_PHASE]["cpu_per_step_s"]
+        out["worker_cpu_per_trajectory_ms"] = cpu[TRACED_PHASE]["cpu_per_trajectory_ms"]
+    return out
+
+
 def result_line(args, results: dict, figures: dict) -> str:
     nan = float("nan")
     traced = figures.get(TRACED_PHASE, {}).get("trace") or {}
-    recipe_untraced, plain = (figures.get(p, {}).get("cpu") for p in ("recipe_untraced", "plain"))
-    ratio = recipe_untraced["cpu_per_trajectory_ms"] / plain["cpu_per_trajectory_ms"] if recipe_untraced and plain \
-        else nan
     recipe = figures.get(TRACED_PHASE, {}).get("cpu")
-    share = sum(recipe["shares"].get(p, 0.0) for p in ("tracer", "flush", "trace_summary")) if recipe else nan
+    goals = comparisons(figures)
     trajectories = sum(s["trajectories"] for s in results.get(TRACED_PHASE, {}).get("steps", []))
     return (f"RESULT trajectories={trajectories} steps={args.steps} traced={traced.get('expected', 0)} "
             f"acknowledged={traced.get('acknowledged', 0)} lost_traces={traced.get('lost', 0)} "
-            f"duplicate_traces={traced.get('duplicates', 0)} recipe_cpu_ratio={ratio:.3f} "
-            f"trace_cpu_share={share:.4f} worker_rss_growth_mb={recipe['rss_growth_mb'] if recipe else nan:.1f} "
+            f"duplicate_traces={traced.get('duplicates', 0)} recipe_cpu_ratio={goals['recipe_cpu_ratio']:.3f} "
+            f"trace_cpu_share={goals['trace_cpu_share']:.4f} "
+            f"worker_rss_growth_mb={recipe['rss_growth_mb'] if recipe else nan:.1f} "
             f"relay_lag_p99_ms={traced.get('lag_p99_ms', nan):.0f}")
 
 
