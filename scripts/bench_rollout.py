@@ -380,6 +380,7 @@ def run_phase(phase: str, args, ctx) -> dict:
     counting = ray.get([w.__ray_call__.remote(_count_finished_calls) for w in workers])
     processes = [psutil.Process(pid) for pid in pids]
     log(f"phase {phase}: {len(workers)} workers up in {time.perf_counter() - started:.1f} s (pids {pids})")
+    relay = psutil.Process(int((ctx.spool / "lock").read_text().split()[1]))  # the serving relay (the spool's holder)
     profiler = StepProfiler(pids, args.profile_rate, ctx.work_dir / phase, keep=args.work_dir is not None)
     steps, made = [], Counter()
     batches = prompt_batches(ctx.dataset, config, args)
@@ -387,6 +388,7 @@ def run_phase(phase: str, args, ctx) -> dict:
         step, batch = next(batches)
         traced = expected_traced(batch, len(workers), per_worker) if per_worker != 0 else [0] * len(workers)
         before = [p.cpu_times() for p in processes]
+        relay_before = sum(relay.cpu_times()[:2])
         threads_before = [thread_cpu(pid) for pid in pids]
         profiler.start(step)
         start = time.perf_counter()
@@ -405,7 +407,7 @@ def run_phase(phase: str, args, ctx) -> dict:
                   "rss_mb": [p.memory_info().rss / 2**20 for p in processes], "expected_traced": traced,
                   "parts": {pid: dict(c) for pid, c in parts.items()}, "outcomes": outcomes(output),
                   "threads_cpu_s": {k: round(v, 2) for k, v in threads.most_common() if v > 0},
-                  "spool": spool_state(ctx.spool)}
+                  "spool": spool_state(ctx.spool), "relay_cpu_s": sum(relay.cpu_times()[:2]) - relay_before}
         steps.append(record)
         log(f"phase {phase} step {step}: {wall:.1f} s, worker CPU {sum(cpu):.1f} s "
             f"({len(output) / max(sum(cpu), 1e-9):.0f} trajectories per CPU-s), traced {sum(traced)}, "
@@ -607,7 +609,8 @@ def report(args, results: dict[str, dict], recorder: AckRecorder) -> dict:
     for phase, result in results.items():
         cpu = figures.setdefault(phase, {})["cpu"] = cpu_figures(result)
         print(f"\n== {phase} ({result['experiment']}): per step")
-        print("step  wall_s  worker_cpu_s  traj/cpu_s  max_worker_cpu_s  traced  calls  bytes  spool_bytes  outcomes")
+        print("step  wall_s  worker_cpu_s  traj/cpu_s  max_worker_cpu_s  traced  calls  bytes  spool_bytes  relay_cpu_s"
+              "  outcomes")
         tf = trace_figures(result, recorder) if result["per_worker"] != 0 else None
         figures[phase]["trace"] = tf
         for s in result["steps"]:
@@ -615,7 +618,7 @@ def report(args, results: dict[str, dict], recorder: AckRecorder) -> dict:
             cpu_s = sum(s["worker_cpu_s"])
             print(f"{s['step']:>4}  {s['wall_s']:6.1f}  {cpu_s:12.1f}  {s['trajectories'] / cpu_s:10.0f}  "
                   f"{max(s['worker_cpu_s']):16.1f}  {sum(s['expected_traced']):6}  {per['calls']:5}  "
-                  f"{per['bytes']:5}  {s['spool']['bytes']:11}  {s['outcomes']}")
+                  f"{per['bytes']:5}  {s['spool']['bytes']:11}  {s.get('relay_cpu_s', 0):11.2f}  {s['outcomes']}")
         print(f"steady (steps after the first): {cpu['cpu_per_step_s']:.1f} worker CPU-s per step, "
               f"{cpu['cpu_per_trajectory_ms']:.2f} ms per trajectory ({cpu['turns_per_trajectory']:.2f} turns, "
               f"{cpu['cpu_per_turn_ms']:.2f} ms per turn), {cpu['trajectories_per_cpu_s']:.0f} "

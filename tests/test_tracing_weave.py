@@ -201,3 +201,47 @@ def test_workers_build_the_recipe_loop_from_the_agent_loop_yaml(repo_root):
         tokenizer=tok, processor=None, hf_model_type="qwen2", dataset_cls=RLHFDataset,
         data_config=DictConfigWrap(config.data), tools=ToolListWrap(harness.load_tools(config)))
     assert type(loop) is ScoredToolAgentLoop and list(loop.tools) == [CALCULATOR]
+
+
+def test_weaves_object_search_steps_over_plain_values_only():
+    """skip_plain_values: the plain JSON of a sanitized payload never reaches weave's per-value search, and a weave
+    object (here an op) in a call's values is still found and published by weave's own code."""
+    import weave
+
+    from recipes.tracing import skip_plain_values
+
+    server, client = install_memory_weave_client("skip-plain-values")
+    searched = []
+    weaves_own = client._save_nested_objects
+
+    def counting(obj, name=None):
+        searched.append(obj)
+        return weaves_own(obj, name)
+
+    client._save_nested_objects = counting
+    skip_plain_values(client)
+    skip_plain_values(client)  # once only
+    plain = {"messages": [{"role": "user", "content": "hi", "n": 1, "x": None, "ok": True}], "f": 0.5}
+    client.finish_call(client.create_call("plain_op", inputs=plain), output=plain)
+    assert searched == []
+
+    @weave.op
+    def helper(x):
+        return x
+
+    client.finish_call(client.create_call("with_an_op", inputs={"tools": [{"fn": helper}]}), output=None)
+    client.flush()
+    assert searched == [helper]
+    recorded = next(c for c in server.recorded_calls() if "with_an_op" in c["op_name"])
+    assert recorded["inputs"]["tools"][0]["fn"].startswith("weave:///") and "/op/helper:" in str(recorded["inputs"])
+
+
+def test_sanitize_leaves_out_empty_fields_and_names_the_tool_schemas():
+    from recipes.tracing import sanitize
+    from tools.calculator import SCHEMA
+
+    inputs = {"responses_ids": list(range(40)), "tools": [SCHEMA], "image_data": None, "mm_processor_kwargs": {},
+              "turn_scores": [], "text": "", "reward": 0.0, "ok": False, "nested": {"audio_data": None, "n": 1}}
+    assert sanitize(inputs) == {"responses_ids": "<40 token ids>", "tools": [CALCULATOR], "text": "", "reward": 0.0,
+                                "ok": False, "nested": {"n": 1}}
+    assert sanitize({"tools": ["not a schema"]}) == {"tools": ["not a schema"]}
