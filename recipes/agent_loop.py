@@ -37,7 +37,7 @@ REWARD_EXTRA_INFO = "reward_extra_info"  # verl's extra_fields key for the rewar
 class ScoredToolAgentLoop(ToolAgentLoop):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        install_text_only_tracer()
+        install_text_only_tracer(self.tokenizer)
 
     @rollout_trace_op
     async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:

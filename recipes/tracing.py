@@ -112,6 +112,7 @@ class TextOnlyTracer:
 
     def __init__(self, client: Any) -> None:
         self.client = client
+        self.tokenizer = None  # set by install_text_only_tracer: each generate call's new text, decoded here
         skip_plain_values(client)
         # trajectory roots not finished yet, by object id (a call's op_name may still be a pending publish)
         self._open_roots: set[int] = set()
@@ -131,6 +132,9 @@ class TextOnlyTracer:
 
     def finish_call(self, call: Any, output: Any = None, exception: BaseException | None = None, **kwargs) -> Any:
         clean = sanitize(output)
+        token_ids = getattr(output, "token_ids", None)  # a generate call's TokenOutput: what the model wrote
+        if self.tokenizer is not None and isinstance(clean, dict) and isinstance(token_ids, list):
+            clean["response_text"] = self.tokenizer.decode(token_ids)
         if id(call) in self._open_roots:
             self._open_roots.discard(id(call))
             summary = ROLLOUT_SUMMARY.get()
@@ -195,8 +199,13 @@ def skip_plain_values(client: Any) -> None:
     client._save_nested_objects = save_nested_objects
 
 
-def install_text_only_tracer() -> bool:
-    """Wrap verl's weave client in this process (idempotent). True when tracing to weave is on."""
+def install_text_only_tracer(tokenizer: Any = None) -> bool:
+    """Wrap verl's weave client in this process (idempotent). True when tracing to weave is on.
+
+    With `trace.token2text` on and the agent loop's tokenizer given, the tracer decodes the text itself, of each
+    generate call's response only: verl's token2text would decode the whole context again at every turn and every
+    trajectory's root (in the loop's executor), the largest part of a trace's bytes, while the trajectory's
+    conversation is already on its root and its chat call (scripts/bench_rollout.py measures what a trace costs)."""
     from verl.utils.rollout_trace import RolloutTraceConfig
 
     config = RolloutTraceConfig.get_instance()
@@ -204,6 +213,8 @@ def install_text_only_tracer() -> bool:
         return False
     if not isinstance(config.client, TextOnlyTracer):
         config.client = TextOnlyTracer(config.client)
+    if tokenizer is not None and config.token2text:
+        config.client.tokenizer, config.token2text = tokenizer, False
     return True
 
 

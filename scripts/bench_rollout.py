@@ -4,11 +4,12 @@ against LLM servers that answer at once (recipes/standins/gsm8k_replay_llm.py: G
 replayed as hermes calculator calls, with malformed calls, wrong answers, tool-free and over-long answers mixed in).
 
     python scripts/bench_rollout.py [--steps 3] [--prompts 256] [--n 16] [--workers 8] [--trace-all]
-    python scripts/bench_rollout.py --steps 2 --prompts 8 --n 4 --workers 2        # the CI test's run
+    python scripts/bench_rollout.py --arms recipe --steps 2 --prompts 8 --n 4 --workers 2   # the CI test's run
 
-Each phase starts its own manager and workers (fresh processes) and runs --steps steps of --prompts x --n
-trajectories, fed as verl's trainer feeds them (RLHFDataset over the real GSM8K train split, uid, n interleaved
-repeats, global_steps):
+The arms below run side by side, each with its own manager and its share of --workers (fresh processes), and each
+step every arm gets the same --prompts / arms prompts x --n trajectories, fed as verl's trainer feeds them
+(RLHFDataset over the real GSM8K train split, uid, n interleaved repeats, global_steps): every worker has the
+full step's per-worker load, and the arms compare step by step under the same load on the machine:
   plain            verl's AgentLoopManager + ToolAgentLoop, hermes parser, no tracing, no in-loop scoring (baseline)
   verl_weave       the same with verl's own weave tracing at the recipe's rate (baseline)
   recipe_untraced  the recipe as the launcher composes it, TRACE=off
@@ -17,12 +18,12 @@ Traces go through the recipe's trace relay (started as the launcher starts it) t
 WANDB_BASE_URL / WF_TRACE_SERVER_URL when set, else to a loopback W&B stand-in of the bench's own; a recorder
 between the relay and that endpoint notes each call the endpoint acknowledges. Nothing else leaves 127.0.0.1.
 
-Per step and phase: wall time; each agent-loop worker's CPU-seconds (split by where they go with py-spy:
+Per step and arm: wall time; each agent-loop worker's CPU-seconds (split by where they go with py-spy:
 verl's loop and Ray, the recipe's parser, tool, scoring, trace summary, tracer and flush); trajectories per
 CPU-second; worker RSS after step 1 and at the end; traced calls and bytes; calls acknowledged by the endpoint,
 lag from a call's end to that acknowledgement, the relay's spool. Goals (a benchmark, not a timed test): recipe
 untraced <= 1.10x plain per trajectory; tracing at the profile's rate <= 2% of worker CPU; worker RSS growth
-< 50 MB over 50 steps (--phases recipe --steps 50 at a reduced shape); with --trace-all every traced
+< 50 MB over 50 steps (--arms recipe --steps 51 at a reduced shape); with --trace-all every traced
 trajectory acknowledged exactly once. Last line:
 `RESULT trajectories=<t> steps=<N> traced=<expected> acknowledged=<a> lost_traces=<l> duplicate_traces=<d>
 recipe_cpu_ratio=<x> trace_cpu_share=<y> worker_rss_growth_mb=<m> relay_lag_p99_ms=<p>`.
@@ -81,8 +82,9 @@ def compose_bench_config(phase: str, args, data_dir: Path, model_dir: Path, out_
         f"trainer.default_local_dir={out_dir}/checkpoints", f"trainer.rollout_data_dir={out_dir}/rollouts",
         f"trainer.validation_data_dir={out_dir}/validation",
     ]
-    shape = [f"data.train_batch_size={args.prompts}", f"actor_rollout_ref.rollout.n={args.n}",
-             f"actor_rollout_ref.rollout.agent.num_workers={args.workers}",
+    arms = len(args.arms)  # each arm: its share of the workers, each with the per-worker load of the full step
+    shape = [f"data.train_batch_size={args.prompts // arms}", f"actor_rollout_ref.rollout.n={args.n}",
+             f"actor_rollout_ref.rollout.agent.num_workers={args.workers // arms}",
              f"actor_rollout_ref.model.path={model_dir}"]  # the Qwen2.5 tokenizer; no weights are loaded
     rollout = "actor_rollout_ref.rollout"
     verl_plain = [f"{rollout}.agent.agent_loop_config_path=null", f"{rollout}.agent.agent_loop_manager_class=null",
@@ -230,11 +232,12 @@ def thread_cpu(pid: int) -> dict[int, float]:
 
 
 def _thread_names(actor) -> dict[int, str]:
-    """Run inside a worker: its Python threads' names by thread id (the event loop's, the executor's, weave's)."""
+    """Run inside a worker: its Python threads' names by thread id (the event loop's, the executor's, weave's),
+    numbers dropped ("asyncio_3" -> "asyncio", "Thread-2 (_process_batches)" -> "Thread (_process_batches)")."""
     import re
     import threading
 
-    return {t.native_id: re.sub(r"[-_]?\d+$", "", t.name) for t in threading.enumerate()}
+    return {t.native_id: re.sub(r"[-_]?\d+", "", t.name) for t in threading.enumerate()}
 
 
 def by_thread_name(before: dict[int, float], after: dict[int, float], names: dict[int, str]) -> Counter:
@@ -305,8 +308,8 @@ def prompt_batches(dataset, config, args):
     from verl.trainer.ppo.utils import create_rl_sampler
     from verl.utils.dataset.rl_dataset import collate_fn
 
-    loader = DataLoader(dataset, batch_size=args.prompts, sampler=create_rl_sampler(config.data, dataset),
-                        collate_fn=collate_fn, drop_last=True)
+    loader = DataLoader(dataset, batch_size=args.prompts // len(args.arms), collate_fn=collate_fn, drop_last=True,
+                        sampler=create_rl_sampler(config.data, dataset))
     step = 0
     while True:
         for batch_dict in loader:
@@ -329,98 +332,218 @@ def expected_traced(batch, workers: int, per_worker: int | None) -> list[int]:
     return counts
 
 
-def _count_finished_calls(actor) -> bool:
-    """Run inside a worker: count the calls its weave client finishes, by trajectory (what the worker traced)."""
+def _instrument(actor) -> bool:
+    """Run inside a worker that traces: count the calls its weave client finishes, by trajectory, and the CPU its
+    event-loop thread spends in the trace calls verl makes (the tracer's create_call / finish_call, outermost
+    only: sanitizing, weave's own bookkeeping, the conversation call) and in the recipe's trace summary."""
+    import threading
+
     from verl.utils.rollout_trace import RolloutTraceConfig
 
     if RolloutTraceConfig.get_backend() != "weave" or RolloutTraceConfig.get_client() is None:
         return False
     from weave.trace.weave_client import WeaveClient
 
-    if not hasattr(WeaveClient, "bench_finished"):
-        original, finished = WeaveClient.finish_call, Counter()
+    if hasattr(WeaveClient, "bench_finished"):
+        return True
+    finished, spent, inside = Counter(), {"trace_s": 0.0}, threading.local()
+    counted = WeaveClient.finish_call
 
-        def finish_call(self, call, *args, **kwargs):
-            attributes = call.attributes or {}
-            finished[tuple(attributes.get(k) for k in ("step", "sample_index", "rollout_n"))] += 1
-            return original(self, call, *args, **kwargs)
+    def finish_call(self, call, *args, **kwargs):
+        attributes = call.attributes or {}
+        finished[tuple(attributes.get(k) for k in ("step", "sample_index", "rollout_n"))] += 1
+        return counted(self, call, *args, **kwargs)
 
-        WeaveClient.finish_call, WeaveClient.bench_finished = finish_call, finished
+    def timed(fn):
+        def wrapper(*args, **kwargs):
+            depth = getattr(inside, "depth", 0)
+            inside.depth, start = depth + 1, time.thread_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                inside.depth = depth
+                if depth == 0:
+                    spent["trace_s"] += time.thread_time() - start
+        return wrapper
+
+    WeaveClient.finish_call = finish_call
+    owners = [WeaveClient]
+    try:
+        from recipes.agent_loop import ScoredToolAgentLoop
+        from recipes.tracing import TextOnlyTracer
+
+        owners.append(TextOnlyTracer)
+        ScoredToolAgentLoop.summarize = staticmethod(timed(ScoredToolAgentLoop.summarize))
+    except ImportError:
+        pass
+    for owner in owners:
+        for name in ("create_call", "finish_call"):
+            setattr(owner, name, timed(getattr(owner, name)))
+    WeaveClient.bench_finished, WeaveClient.bench_spent = finished, spent
     return True
 
 
-def _finished_calls(actor) -> dict:
+def _instrumented(actor) -> dict:
     from weave.trace.weave_client import WeaveClient
 
-    return dict(WeaveClient.bench_finished)
+    return {"finished": dict(WeaveClient.bench_finished), "trace_s": WeaveClient.bench_spent["trace_s"]}
 
 
-def run_phase(phase: str, args, ctx) -> dict:
-    import psutil
-    import ray
-    from verl.experimental.agent_loop import AgentLoopManager
-    from verl.utils.import_utils import load_class_from_fqn
-    from verl.workers.rollout.llm_server import LLMServerClient
+def _gc_clock(actor) -> dict:
+    """Run inside a worker: the CPU its Python garbage collector has spent, by generation (installed on first
+    call), and how many collections."""
+    import gc
 
-    (ctx.work_dir / phase).mkdir(parents=True, exist_ok=True)
-    config, overrides = compose_bench_config(phase, args, ctx.data_dir, ctx.model_dir, ctx.work_dir / phase)
-    fqn = config.actor_rollout_ref.rollout.agent.get("agent_loop_manager_class")
-    manager_class = load_class_from_fqn(fqn, "AgentLoopManager") if fqn else AgentLoopManager
-    trace = config.actor_rollout_ref.rollout.trace
-    per_worker = trace.get("max_samples_per_step_per_worker") if trace.get("backend") else 0
-    log(f"phase {phase}: {manager_class.__name__}, agent loop "
-        f"{'verl ToolAgentLoop' if not config.actor_rollout_ref.rollout.agent.agent_loop_config_path else 'recipe'},"
-        f" parser {config.actor_rollout_ref.rollout.multi_turn.format}, trace {trace.get('backend')} "
-        f"({'all' if per_worker is None else per_worker} prompts per worker per step)")
-    started = time.perf_counter()
-    client = LLMServerClient(config=config, load_balancer_handle=ctx.load_balancer)
-    manager = manager_class.create(config=config, llm_client=client)
-    workers = manager.agent_loop_workers
-    pids = ray.get([w.__ray_call__.remote(lambda self: os.getpid()) for w in workers])
-    counting = ray.get([w.__ray_call__.remote(_count_finished_calls) for w in workers])
-    processes = [psutil.Process(pid) for pid in pids]
-    log(f"phase {phase}: {len(workers)} workers up in {time.perf_counter() - started:.1f} s (pids {pids})")
-    relay = psutil.Process(int((ctx.spool / "lock").read_text().split()[1]))  # the serving relay (the spool's holder)
-    profiler = StepProfiler(pids, args.profile_rate, ctx.work_dir / phase, keep=args.work_dir is not None)
-    steps, made = [], Counter()
-    batches = prompt_batches(ctx.dataset, config, args)
-    for _ in range(args.steps):
-        step, batch = next(batches)
-        traced = expected_traced(batch, len(workers), per_worker) if per_worker != 0 else [0] * len(workers)
-        before = [p.cpu_times() for p in processes]
-        relay_before = sum(relay.cpu_times()[:2])
-        threads_before = [thread_cpu(pid) for pid in pids]
-        profiler.start(step)
+    clock = getattr(gc, "bench_clock", None)
+    if clock is None:
+        clock = gc.bench_clock = {"s": Counter(), "n": Counter(), "started": None}
+
+        def callback(phase, info):
+            if phase == "start":
+                clock["started"] = time.thread_time()
+            elif clock["started"] is not None:
+                clock["s"][info["generation"]] += time.thread_time() - clock["started"]
+                clock["n"][info["generation"]] += 1
+                clock["started"] = None
+
+        gc.callbacks.append(callback)
+    return {"s": dict(clock["s"]), "n": dict(clock["n"])}
+
+
+# weave's own threads (by name); the sender it restarts at every flush has exited by the end of a step
+WEAVE_THREADS = ("WeaveThreadPool", "_process_batches", "_health_check", "exited during the step")
+
+
+class Arm:
+    """One configuration under test: its manager and workers, and what they did step by step."""
+
+    def __init__(self, name: str, args, ctx) -> None:
+        import psutil
+        import ray
+        from verl.experimental.agent_loop import AgentLoopManager
+        from verl.utils.import_utils import load_class_from_fqn
+        from verl.workers.rollout.llm_server import LLMServerClient
+
+        self.name, self.experiment = name, EXPERIMENT.format(phase=name)
+        (ctx.work_dir / name).mkdir(parents=True, exist_ok=True)
+        self.config, self.overrides = compose_bench_config(name, args, ctx.data_dir, ctx.model_dir,
+                                                           ctx.work_dir / name)
+        rollout = self.config.actor_rollout_ref.rollout
+        fqn = rollout.agent.get("agent_loop_manager_class")
+        manager_class = load_class_from_fqn(fqn, "AgentLoopManager") if fqn else AgentLoopManager
+        self.per_worker = rollout.trace.get("max_samples_per_step_per_worker") if rollout.trace.get("backend") else 0
+        log(f"{name}: {manager_class.__name__}, agent loop "
+            f"{'recipe' if rollout.agent.agent_loop_config_path else 'verl ToolAgentLoop'}, parser "
+            f"{rollout.multi_turn.format}, trace {rollout.trace.get('backend')} "
+            f"({'all' if self.per_worker is None else self.per_worker} prompts per worker per step), "
+            f"{rollout.agent.num_workers} workers")
+        client = LLMServerClient(config=self.config, load_balancer_handle=ctx.load_balancer)
+        self.manager = manager_class.create(config=self.config, llm_client=client)
+        self.workers = self.manager.agent_loop_workers
+        self.pids = ray.get([w.__ray_call__.remote(lambda self: os.getpid()) for w in self.workers])
+        self.instrumented = any(ray.get([w.__ray_call__.remote(_instrument) for w in self.workers]))
+        ray.get([w.__ray_call__.remote(_gc_clock) for w in self.workers])
+        self.processes = [psutil.Process(pid) for pid in self.pids]
+        self.steps: list[dict] = []
+        self.made: Counter = Counter()
+
+    def before(self) -> None:
+        import ray
+
+        self._cpu = [sum(p.cpu_times()[:2]) for p in self.processes]
+        self._threads = [thread_cpu(pid) for pid in self.pids]
+        self._trace = self._trace_s(ray) if self.instrumented else 0.0
+        self._gc = self._gc_totals(ray)
+
+    def _gc_totals(self, ray) -> tuple[Counter, Counter]:
+        seconds, count = Counter(), Counter()
+        for clock in ray.get([w.__ray_call__.remote(_gc_clock) for w in self.workers]):
+            seconds.update(clock["s"])
+            count.update(clock["n"])
+        return seconds, count
+
+    def _trace_s(self, ray) -> float:
+        return sum(r["trace_s"] for r in ray.get([w.__ray_call__.remote(_instrumented) for w in self.workers]))
+
+    def run(self, step: int, batch) -> None:
         start = time.perf_counter()
-        output = manager.generate_sequences(batch)
-        wall = time.perf_counter() - start
-        after = [p.cpu_times() for p in processes]
+        self._output = self.manager.generate_sequences(batch)
+        self._wall = time.perf_counter() - start
+        if len(self._output) != len(batch):
+            raise RuntimeError(f"{self.name} step {step}: {len(self._output)} trajectories back for {len(batch)}")
+
+    def after(self, step: int, batch, parts: dict) -> dict:
+        import ray
+
+        cpu = [sum(p.cpu_times()[:2]) - before for p, before in zip(self.processes, self._cpu, strict=True)]
         threads = Counter()
-        names = ray.get([w.__ray_call__.remote(_thread_names) for w in workers])
-        for pid, earlier, named in zip(pids, threads_before, names, strict=True):
+        names = ray.get([w.__ray_call__.remote(_thread_names) for w in self.workers])
+        for pid, earlier, named in zip(self.pids, self._threads, names, strict=True):
             threads.update(by_thread_name(earlier, thread_cpu(pid), named))
-        parts = profiler.stop()
-        cpu = [(a.user + a.system) - (b.user + b.system) for a, b in zip(after, before, strict=True)]
-        if len(output) != len(batch):
-            raise RuntimeError(f"phase {phase} step {step}: {len(output)} trajectories back for {len(batch)} sent")
-        record = {"step": step, "wall_s": wall, "trajectories": len(output), "worker_cpu_s": cpu,
-                  "rss_mb": [p.memory_info().rss / 2**20 for p in processes], "expected_traced": traced,
-                  "parts": {pid: dict(c) for pid, c in parts.items()}, "outcomes": outcomes(output),
+        threads["exited during the step"] = sum(cpu) - sum(threads.values())  # e.g. weave's sender, restarted at flush
+        weave_threads = sum(v for k, v in threads.items() if any(w in k for w in WEAVE_THREADS))
+        gc_seconds, gc_count = self._gc_totals(ray)
+        gc_seconds.subtract(self._gc[0])
+        gc_count.subtract(self._gc[1])
+        traced = expected_traced(batch, len(self.workers), self.per_worker) if self.per_worker != 0 \
+            else [0] * len(self.workers)
+        record = {"step": step, "wall_s": self._wall, "trajectories": len(self._output), "worker_cpu_s": cpu,
+                  "rss_mb": [p.memory_info().rss / 2**20 for p in self.processes], "expected_traced": traced,
+                  "parts": {pid: parts.get(pid, {}) for pid in self.pids}, "outcomes": outcomes(self._output),
                   "threads_cpu_s": {k: round(v, 2) for k, v in threads.most_common() if v > 0},
-                  "spool": spool_state(ctx.spool), "relay_cpu_s": sum(relay.cpu_times()[:2]) - relay_before}
-        steps.append(record)
-        log(f"phase {phase} step {step}: {wall:.1f} s, worker CPU {sum(cpu):.1f} s "
-            f"({len(output) / max(sum(cpu), 1e-9):.0f} trajectories per CPU-s), traced {sum(traced)}, "
-            f"{record['outcomes']}")
-    if any(counting):
-        for counts in ray.get([w.__ray_call__.remote(_finished_calls) for w in workers]):
-            made.update(counts)
-        wait_for_acknowledgements(ctx.recorder, EXPERIMENT.format(phase=phase), sum(made.values()), args.ack_timeout)
-    for worker in workers:
-        ray.kill(worker)
-    return {"phase": phase, "steps": steps, "made_calls": dict(made), "per_worker": per_worker,
-            "profile_rate": args.profile_rate, "overrides": overrides,
-            "experiment": EXPERIMENT.format(phase=phase)}
+                  "gc_cpu_s": {str(g): round(v, 3) for g, v in sorted(gc_seconds.items())},
+                  "gc_collections": {str(g): v for g, v in sorted(gc_count.items())},
+                  "trace_cpu_s": (self._trace_s(ray) - self._trace + weave_threads) if self.instrumented else 0.0}
+        self.steps.append(record)
+        log(f"{self.name} step {step}: {self._wall:.1f} s, worker CPU {sum(cpu):.1f} s "
+            f"({len(self._output) / max(sum(cpu), 1e-9):.0f} trajectories per CPU-s), traced {sum(traced)}"
+            + (f" (tracing {record['trace_cpu_s']:.2f} CPU-s)" if self.instrumented else "")
+            + f", GC {sum(gc_seconds.values()):.2f} CPU-s in {dict(gc_count)} collections"
+            + f", {record['outcomes']}")
+        return record
+
+    def finish(self, args, ctx) -> dict:
+        import ray
+
+        if self.instrumented:
+            for counts in ray.get([w.__ray_call__.remote(_instrumented) for w in self.workers]):
+                self.made.update(counts["finished"])
+            wait_for_acknowledgements(ctx.recorder, self.experiment, sum(self.made.values()), args.ack_timeout)
+        for worker in self.workers:
+            ray.kill(worker)
+        return {"phase": self.name, "steps": self.steps, "made_calls": dict(self.made), "per_worker": self.per_worker,
+                "profile_rate": args.profile_rate, "overrides": self.overrides, "experiment": self.experiment}
+
+
+def run_arms(args, ctx) -> dict[str, dict]:
+    """Every arm's workers at once, each step the same prompts to every arm, run concurrently: the arms share the
+    machine's state and the step's content, so they compare step by step."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import psutil
+
+    started = time.perf_counter()
+    arms = [Arm(name, args, ctx) for name in args.arms]
+    log(f"{sum(len(a.workers) for a in arms)} workers up in {time.perf_counter() - started:.1f} s")
+    relay = psutil.Process(int((ctx.spool / "lock").read_text().split()[1]))  # the serving relay (the spool's holder)
+    pids = [pid for arm in arms for pid in arm.pids]
+    profiler = StepProfiler(pids, args.profile_rate, ctx.work_dir, keep=args.work_dir is not None)
+    batches = prompt_batches(ctx.dataset, arms[0].config, args)
+    with ThreadPoolExecutor(len(arms)) as pool:
+        for _ in range(args.steps):
+            step, batch = next(batches)
+            relay_before, start = sum(relay.cpu_times()[:2]), time.perf_counter()
+            for arm in arms:
+                arm.before()
+            profiler.start(step)
+            for future in [pool.submit(arm.run, step, batch) for arm in arms]:
+                future.result()
+            parts = profiler.stop()
+            wall, spool, relay_cpu = time.perf_counter() - start, spool_state(ctx.spool), sum(relay.cpu_times()[:2])
+            for arm in arms:
+                arm.after(step, batch, parts).update(spool=spool, relay_cpu_s=relay_cpu - relay_before,
+                                                     step_wall_s=wall)
+    return {arm.name: arm.finish(args, ctx) for arm in arms}
 
 
 def wait_for_acknowledgements(recorder: AckRecorder, experiment: str, made: int, timeout_s: float) -> None:
@@ -463,7 +586,7 @@ def prepare_data(args, work_dir: Path) -> Path:
     from data_prep import gsm8k
 
     out = work_dir / "data"
-    rows = min(7473, args.prompts * args.steps)
+    rows = min(7473, args.prompts // len(args.arms) * args.steps)
     if gsm8k.main(["--input_dir", str(args.gsm8k_dir), "--local_save_dir", str(out), "--tool_set", args.tool_set,
                    "--train_size", str(rows), "--test_size", "8"]) != 0:
         raise RuntimeError("data prep failed")
@@ -560,7 +683,11 @@ def cpu_figures(result: dict) -> dict:
     for s in runs:
         threads.update(s.get("threads_cpu_s", {}))
     turns = sum(s["outcomes"]["turns"] * s["trajectories"] for s in runs)
+    traced, tracing = sum(sum(s["expected_traced"]) for s in runs), sum(s.get("trace_cpu_s", 0.0) for s in runs)
     return {"cpu_per_step_s": cpu / len(runs), "cpu_per_trajectory_ms": 1e3 * cpu / trajectories,
+            "cpu_per_step_by_step_s": [sum(s["worker_cpu_s"]) for s in result["steps"]],
+            "trace_cpu_share": tracing / cpu, "trace_ms_per_traced_trajectory": 1e3 * tracing / traced if traced
+            else float("nan"),
             "cpu_per_turn_ms": 1e3 * cpu / turns, "turns_per_trajectory": turns / trajectories,
             "profile_coverage": total / result["profile_rate"] / cpu if result["profile_rate"] else 0.0,
             "trajectories_per_cpu_s": trajectories / cpu, "wall_per_step_s": sum(s["wall_s"] for s in runs) / len(runs),
@@ -647,50 +774,57 @@ def report(args, results: dict[str, dict], recorder: AckRecorder) -> dict:
 
 def print_goals(args, figures: dict) -> None:
     goals = comparisons(figures)
+    by_step = ", ".join(f"{r:.3f}" for r in goals["recipe_cpu_ratio_by_step"])
     print("\n== goals")
-    print(f"recipe untraced / verl plain, worker CPU per trajectory: {goals['recipe_cpu_ratio']:.3f} (goal <= 1.10); "
-          f"per assistant turn: {goals['recipe_cpu_ratio_per_turn']:.3f} (the recipe answers a malformed call and "
-          "the trajectory goes on; verl's hermes parser ends it)")
+    print(f"recipe untraced / verl plain, worker CPU per trajectory: {goals['recipe_cpu_ratio']:.3f} (goal <= 1.10; "
+          f"step by step {by_step}); per assistant turn: {goals['recipe_cpu_ratio_per_turn']:.3f} (the recipe answers "
+          "a malformed call and the trajectory goes on; verl's hermes parser ends it there)")
     print(f"tracing at {'every trajectory' if args.trace_all else 'the profile rate'}: "
-          f"{100 * goals['trace_cpu_share']:.2f}% of worker CPU per step (traced vs untraced phase; goal <= 2%), "
-          f"{goals['trace_ms_per_traced_trajectory']:.1f} ms per traced trajectory; py-spy's share of runnable "
-          f"samples in tracing: {100 * goals.get('trace_cpu_share_sampled', float('nan')):.1f}%; verl's own weave "
-          f"tracing at the same rate: {100 * goals['verl_weave_cpu_share']:.1f}% of worker CPU")
+          f"{100 * goals['trace_cpu_share']:.2f}% of worker CPU per step (measured in the traced calls, the trace "
+          f"summary and weave's threads; goal <= 2%), {goals['trace_ms_per_traced_trajectory']:.1f} ms per traced "
+          f"trajectory; the traced arm against the untraced one: {100 * goals['trace_cpu_share_paired']:.2f}% "
+          f"({goals['trace_ms_per_traced_trajectory_paired']:.1f} ms per traced trajectory); py-spy's share of "
+          f"runnable samples in tracing: {100 * goals.get('trace_cpu_share_sampled', float('nan')):.1f}%; verl's own "
+          f"weave tracing at the same rate, against plain: {100 * goals['verl_weave_cpu_share']:.1f}%")
     if "worker_cpu_per_step_s" in goals:
         full = goals["worker_cpu_per_trajectory_ms"] * 4096 / 1e3
-        print(f"agent-loop worker CPU: {goals['worker_cpu_per_step_s']:.1f} CPU-s per step at this shape, "
-              f"{full:.0f} CPU-s per 4,096 trajectories = {full / GPU_STEP_ESTIMATE_S:.2f} x the "
-              f"{GPU_STEP_ESTIMATE_S} s estimated for a GPU step (docs/configuration.md)")
+        print(f"agent-loop worker CPU (recipe arm): {goals['worker_cpu_per_step_s']:.1f} CPU-s per step here, "
+              f"{full:.0f} CPU-s per 4,096 trajectories at this per-worker load = {full / GPU_STEP_ESTIMATE_S:.2f} x "
+              f"the {GPU_STEP_ESTIMATE_S} s estimated for a GPU step (docs/configuration.md); busiest worker "
+              f"{figures[TRACED_PHASE]['cpu']['max_worker_cpu_per_step_s']:.1f} CPU-s in a step")
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--steps", type=int, default=3, help="steps per phase (the first counts as warm-up when > 1)")
+    p.add_argument("--steps", type=int, default=3, help="steps (the first counts as warm-up when there are more)")
     p.add_argument("--prompts", type=int, default=256, help="prompts per step (data.train_batch_size)")
     p.add_argument("--n", type=int, default=16, help="rollouts per prompt (actor_rollout_ref.rollout.n)")
     p.add_argument("--workers", type=int, default=8, help="agent-loop workers (rollout.agent.num_workers)")
     p.add_argument("--servers", type=int, default=2, help="LLM server stand-ins behind verl's load balancer")
-    p.add_argument("--phases", default=",".join(PHASES), help=f"comma-separated, of {', '.join(PHASES)}")
-    p.add_argument("--trace-all", action="store_true", help="the recipe phase traces every trajectory")
+    p.add_argument("--arms", default=",".join(PHASES),
+                   help=f"comma-separated, of {', '.join(PHASES)}: run side by side, each on --workers / arms workers "
+                        "with --prompts / arms prompts a step (the same prompts)")
+    p.add_argument("--trace-all", action="store_true", help="the recipe arm traces every trajectory")
     p.add_argument("--tool-set", default="calculator", help="as TOOL_SET (data prep and config)")
     p.add_argument("--profile-rate", type=int, default=50, help="py-spy samples per second per worker (0: off)")
     p.add_argument("--ack-timeout", type=float, default=120.0,
-                   help="seconds to wait after a phase for the endpoint to acknowledge its traced calls")
+                   help="seconds to wait after the last step for the endpoint to acknowledge the traced calls")
     p.add_argument("--gsm8k-dir", type=Path, default=SHARED_GSM8K_DIR, help="GSM8K's train.jsonl / test.jsonl")
     p.add_argument("--work-dir", type=Path, help="keep data, spool and profiles here (default: a temporary dir)")
     p.add_argument("--json", type=Path, help="write every figure here")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--verbose", action="store_true", help="show the Ray workers' logs")
     args = p.parse_args(argv)
-    args.phases = [x for x in args.phases.split(",") if x]
-    unknown = set(args.phases) - set(PHASES)
-    if unknown:
-        p.error(f"unknown phases {sorted(unknown)}: choose from {', '.join(PHASES)}")
+    args.arms = [x for x in args.arms.split(",") if x]
+    unknown = set(args.arms) - set(PHASES)
+    if unknown or not args.arms or len(set(args.arms)) != len(args.arms):
+        p.error(f"--arms: distinct names of {', '.join(PHASES)}, not {args.arms}")
     if min(args.steps, args.prompts, args.n, args.workers, args.servers) < 1:
         p.error("--steps, --prompts, --n, --workers and --servers must be positive")
-    if args.prompts % args.workers:
-        p.error(f"--prompts ({args.prompts}) must be a multiple of --workers ({args.workers}): verl splits a step "
-                "into equal chunks, and whole GRPO groups keep the traced count exact")
+    if args.workers % len(args.arms) or args.prompts % args.workers:
+        p.error(f"--workers ({args.workers}) must be a multiple of the arms ({len(args.arms)}) and --prompts "
+                f"({args.prompts}) of --workers: verl splits a step into equal chunks, and whole GRPO groups keep the "
+                "traced count exact")
     if not (args.gsm8k_dir / "train.jsonl").is_file():
         p.error(f"no GSM8K at {args.gsm8k_dir} (train.jsonl): pass --gsm8k-dir")
     return args
@@ -699,12 +833,12 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
     args = parse_args(argv)
     log(f"{args.steps} steps x {args.prompts} prompts x {args.n} rollouts on {args.workers} agent-loop workers, "
-        f"{args.servers} LLM server stand-ins, profile {PROFILE}, phases {', '.join(args.phases)}"
+        f"{args.servers} LLM server stand-ins, profile {PROFILE}, arms {', '.join(args.arms)} side by side"
         + (", tracing every trajectory" if args.trace_all else ""))
     started = time.perf_counter()
     with ExitStack() as stack:
         ctx = setup(args, stack)
-        results = {phase: run_phase(phase, args, ctx) for phase in args.phases}
+        results = run_arms(args, ctx)
         servers = [ray_get(s.stats.remote()) for s in ctx.servers.values()]
         figures = report(args, results, ctx.recorder)
         print_goals(args, figures)
@@ -735,17 +869,22 @@ def comparisons(figures: dict) -> dict:
     """The goals' figures, from the phases that ran (nan where a phase is missing)."""
     nan = float("nan")
     cpu = {phase: f["cpu"] for phase, f in figures.items()}
-    out = {"recipe_cpu_ratio": nan, "recipe_cpu_ratio_per_turn": nan, "trace_cpu_share": nan,
-           "trace_ms_per_traced_trajectory": nan, "verl_weave_cpu_share": nan}
+    out = {"recipe_cpu_ratio": nan, "recipe_cpu_ratio_per_turn": nan, "trace_cpu_share_paired": nan,
+           "trace_ms_per_traced_trajectory_paired": nan, "verl_weave_cpu_share": nan, "recipe_cpu_ratio_by_step": [],
+           "trace_cpu_share": cpu[TRACED_PHASE]["trace_cpu_share"] if TRACED_PHASE in cpu else nan,
+           "trace_ms_per_traced_trajectory": cpu[TRACED_PHASE]["trace_ms_per_traced_trajectory"]
+           if TRACED_PHASE in cpu else nan}
     if "plain" in cpu and "recipe_untraced" in cpu:
         recipe, plain = cpu["recipe_untraced"], cpu["plain"]
         out["recipe_cpu_ratio"] = recipe["cpu_per_trajectory_ms"] / plain["cpu_per_trajectory_ms"]
         out["recipe_cpu_ratio_per_turn"] = recipe["cpu_per_turn_ms"] / plain["cpu_per_turn_ms"]
+        out["recipe_cpu_ratio_by_step"] = [r / q for r, q in zip(recipe["cpu_per_step_by_step_s"],
+                                                                  plain["cpu_per_step_by_step_s"], strict=True)]
     if TRACED_PHASE in cpu and "recipe_untraced" in cpu:
         traced, untraced = cpu[TRACED_PHASE]["cpu_per_step_s"], cpu["recipe_untraced"]["cpu_per_step_s"]
-        out["trace_cpu_share"] = (traced - untraced) / traced
+        out["trace_cpu_share_paired"] = (traced - untraced) / traced
         per_step = (figures[TRACED_PHASE]["trace"] or {}).get("expected_per_step") or nan
-        out["trace_ms_per_traced_trajectory"] = 1e3 * (traced - untraced) / per_step
+        out["trace_ms_per_traced_trajectory_paired"] = 1e3 * (traced - untraced) / per_step
     if "verl_weave" in cpu and "plain" in cpu:
         out["verl_weave_cpu_share"] = 1 - cpu["plain"]["cpu_per_step_s"] / cpu["verl_weave"]["cpu_per_step_s"]
     if TRACED_PHASE in cpu:

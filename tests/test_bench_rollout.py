@@ -31,7 +31,7 @@ def bench(shared_gsm8k_dir, tmp_path_factory):
     with loopback_wandb() as wandb:
         env = {**os.environ, **wandb.env, "WANDB_API_KEY": API_KEY}
         proc = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "bench_rollout.py"), *SHAPE,
-                               "--servers", "1", "--phases", "recipe", "--profile-rate", "0",
+                               "--servers", "1", "--arms", "recipe", "--profile-rate", "0",
                                "--json", str(out / "figures.json")],
                               env=env, capture_output=True, text=True, timeout=540, cwd=out)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -108,8 +108,10 @@ def test_children_are_the_turns_in_order_with_text_and_tool_io(traced_run):
     # the turns as they ran, then the whole conversation once more in the UI's chat shape (recipes/tracing.py)
     assert kinds == [generate, parse, execute, generate, parse, execute, generate, parse, CHAT_OP]
     first_gen, first_tool, second_tool, last_gen = kids[0], kids[2], kids[5], kids[6]
-    assert QUESTIONS[1][0] in first_gen["output"]["prompt_text"]  # token2text: decoded prompt and response
+    # token2text: each turn's new text, decoded by the recipe's tracer; the context is not repeated at every turn
     assert first_gen["output"]["response_text"].startswith("<tool_call>")
+    assert not any("prompt_text" in c["output"] for c in kids if c["output"] and "generate" in c["op_name"])
+    assert QUESTIONS[1][0] in str(root["inputs"]) and "prompt_text" not in root["output"]
     assert first_tool["inputs"]["parameters"] == {"expression": "7/0"}
     assert "division by zero" in str(first_tool["output"])
     assert second_tool["inputs"]["parameters"] == {"expression": "7/2"} and "3.5" in str(second_tool["output"])
