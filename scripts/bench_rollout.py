@@ -26,7 +26,10 @@ untraced <= 1.10x plain per trajectory; tracing at the profile's rate <= 2% of w
 < 50 MB over 50 steps (--arms recipe --steps 51 at a reduced shape); with --trace-all every traced
 trajectory acknowledged exactly once. Last line:
 `RESULT trajectories=<t> steps=<N> traced=<expected> acknowledged=<a> lost_traces=<l> duplicate_traces=<d>
-recipe_cpu_ratio=<x> trace_cpu_share=<y> worker_rss_growth_mb=<m> relay_lag_p99_ms=<p>`.
+recipe_cpu_ratio=<x> trace_cpu_share=<y> worker_rss_growth_mb=<m> relay_lag_p99_ms=<p>`: t over all arms; the
+traces, RSS and lag of the recipe arm; x = recipe_untraced / plain worker CPU per trajectory; y = what tracing
+adds to the recipe arm's worker CPU (against recipe_untraced, step by step; without that arm, as measured in the
+workers: the traced calls, the trace summary and weave's threads).
 """
 
 from __future__ import annotations
@@ -52,7 +55,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 from recipes.constants import REPO_ROOT, SHARED_GSM8K_DIR, TRACE_RELAY_ENV  # noqa: E402
 
 PHASES = ("plain", "verl_weave", "recipe_untraced", "recipe")
-GPU_STEP_ESTIMATE_S = 90  # docs/configuration.md, "Step time on 8xH100 (estimate)"
+# docs/configuration.md "Step time on 8xH100 (estimate)": a whole step, and its rollout (when the agent loop works)
+GPU_STEP_ESTIMATE_S, ROLLOUT_ESTIMATE_S = 60, 30
 TRACED_PHASE = "recipe"
 PROFILE = "8xh100"
 EXPERIMENT = "bench_rollout_{phase}"
@@ -788,10 +792,12 @@ def print_goals(args, figures: dict) -> None:
           f"weave tracing at the same rate, against plain: {100 * goals['verl_weave_cpu_share']:.1f}%")
     if "worker_cpu_per_step_s" in goals:
         full = goals["worker_cpu_per_trajectory_ms"] * 4096 / 1e3
+        busiest = figures[TRACED_PHASE]["cpu"]["max_worker_cpu_per_step_s"]
         print(f"agent-loop worker CPU (recipe arm): {goals['worker_cpu_per_step_s']:.1f} CPU-s per step here, "
               f"{full:.0f} CPU-s per 4,096 trajectories at this per-worker load = {full / GPU_STEP_ESTIMATE_S:.2f} x "
               f"the {GPU_STEP_ESTIMATE_S} s estimated for a GPU step (docs/configuration.md); busiest worker "
-              f"{figures[TRACED_PHASE]['cpu']['max_worker_cpu_per_step_s']:.1f} CPU-s in a step")
+              f"{busiest:.1f} CPU-s in a step = {busiest / ROLLOUT_ESTIMATE_S:.2f} x the {ROLLOUT_ESTIMATE_S} s "
+              "estimated for its rollout")
 
 
 def parse_args(argv=None):
@@ -900,11 +906,14 @@ def result_line(args, results: dict, figures: dict) -> str:
     traced = figures.get(TRACED_PHASE, {}).get("trace") or {}
     recipe = figures.get(TRACED_PHASE, {}).get("cpu")
     goals = comparisons(figures)
-    trajectories = sum(s["trajectories"] for s in results.get(TRACED_PHASE, {}).get("steps", []))
+    # what tracing adds: the traced arm against the untraced one, step by step; else as measured in the workers
+    paired = goals["trace_cpu_share_paired"]
+    trace_share = paired if paired == paired else goals["trace_cpu_share"]
+    trajectories = sum(s["trajectories"] for r in results.values() for s in r["steps"])
     return (f"RESULT trajectories={trajectories} steps={args.steps} traced={traced.get('expected', 0)} "
             f"acknowledged={traced.get('acknowledged', 0)} lost_traces={traced.get('lost', 0)} "
             f"duplicate_traces={traced.get('duplicates', 0)} recipe_cpu_ratio={goals['recipe_cpu_ratio']:.3f} "
-            f"trace_cpu_share={goals['trace_cpu_share']:.4f} "
+            f"trace_cpu_share={trace_share:.4f} "
             f"worker_rss_growth_mb={recipe['rss_growth_mb'] if recipe else nan:.1f} "
             f"relay_lag_p99_ms={traced.get('lag_p99_ms', nan):.0f}")
 
