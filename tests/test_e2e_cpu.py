@@ -42,7 +42,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(SMOKE_TIMEOUT + 120)]
 
 ROLLOUT_N, PROMPTS_PER_STEP, VAL_PROMPTS = 2, 2, 4  # config/profile/cpu_smoke.yaml and the smoke's data sizes
 AGENT_WORKERS, UNTRACED_WORKER = 2, 0  # rollout.agent.num_workers; the worker whose weave.init fails
-TRACE_PROMPTS_PER_WORKER = 2  # rollout.trace.max_samples_per_step_per_worker (the recipe's)
+TRACE_PROMPTS_PER_WORKER = 1  # rollout.trace.max_samples_per_step_per_worker (the recipe's)
 TRAIN_STEPS, VAL_STEPS = (1, 2, 3), (0, 2, 3)  # generate_sequences calls: training steps, validations
 # what the smoke sets per run (or a user's shell might carry into it); anything else passes on (TRACE, LOGGER, ...)
 _NOT_PASSED_ON = ("RAY_", "VERL_", "WORK_DIR", "OUTPUT_DIR", "PROFILE", "DATA_DIR", "MODEL_PATH", "GSM8K_DIR",

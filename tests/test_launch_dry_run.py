@@ -81,7 +81,8 @@ def test_default_launch_is_the_recipe(default_dry_run):
     assert "actor_rollout_ref.rollout.n" not in overrides and "data.train_batch_size" not in overrides
     config = written_config(proc.stdout)
     for line in ("'n': 16", "train_batch_size: 256", "tensor_model_parallel_size: 1", "max_num_seqs: 512",
-                 "max_actor_ckpt_to_keep: 2", "max_samples_per_step_per_worker: 2", "token2text: true"):
+                 "max_actor_ckpt_to_keep: 2", "max_samples_per_step_per_worker: 1", "num_workers: 16",
+                 "token2text: true"):
         assert line in config
 
 
@@ -95,7 +96,7 @@ def test_the_dry_run_plan_says_what_the_launch_would_do(default_dry_run, prepare
     assert plan_line(out, "tools") == f"calculator ({tool_file}), at most 5 assistant turns"
     assert plan_line(out, "hardware").startswith("1 node(s) x 8 GPU(s); rollout sglang, TP 1: 8 engine(s)")
     assert plan_line(out, "batch").startswith("256 prompts x 16 samples = 4096 trajectories per step")
-    assert plan_line(out, "tracing").startswith("weave, 2 prompt(s) per agent-loop worker per step")
+    assert plan_line(out, "tracing").startswith("weave, 1 prompt(s) per agent-loop worker per step")
     assert plan_line(out, "outputs").startswith(f"{REPO_ROOT}/outputs/gsm8k_calculator_8xh100 (checkpoints/")
     # why verl's deprecated trainer: said once, where verl's own warning would otherwise puzzle
     assert plan_line(out, "trainer").startswith("legacy (trainer.use_v1=false), on purpose: verl 0.9.1's V1 trainer")
