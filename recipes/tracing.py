@@ -29,6 +29,7 @@ from pydantic import BaseModel
 
 from recipes.constants import TRACE_RELAY_ENV  # set by the launcher to the relay's URL
 from recipes.credentials import has_wandb_credentials
+from recipes.weave_sender import post_encoded_batches
 
 logger = logging.getLogger(__name__)
 
@@ -213,6 +214,7 @@ def install_text_only_tracer(tokenizer: Any = None) -> bool:
         return False
     if not isinstance(config.client, TextOnlyTracer):
         config.client = TextOnlyTracer(config.client)
+        post_encoded_batches()  # weave's sender: its batches' JSON posted as encoded, not parsed and walked again
     if tokenizer is not None and config.token2text:
         config.client.tokenizer, config.token2text = tokenizer, False
     return True

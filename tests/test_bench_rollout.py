@@ -22,7 +22,7 @@ from recipes.standins.weave_http_server import API_KEY, loopback_wandb
 pytestmark = pytest.mark.timeout(600)
 
 SHAPE = ["--steps", "2", "--prompts", "8", "--n", "4", "--workers", "2"]
-TRAJECTORIES, TRACED = 2 * 8 * 4, 2 * 2 * 2 * 4  # steps x prompts x n; steps x workers x 2 prompts x n
+TRAJECTORIES, TRACED = 2 * 8 * 4, 2 * 2 * 1 * 4  # steps x prompts x n; steps x workers x 1 prompt (the config's) x n
 
 
 @pytest.fixture(scope="module")
