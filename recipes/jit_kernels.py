@@ -97,6 +97,7 @@ def build_sglang(module: Module) -> Path:
 
 
 def _flashinfer_spec(module: Module):
+    os.environ.setdefault("FLASHINFER_CUDA_ARCH_LIST", FLASHINFER_ARCH)  # read when flashinfer is first imported
     import torch
     from flashinfer.jit.attention.modules import gen_batch_prefill_module
     from flashinfer.jit.cascade import gen_cascade_module
@@ -182,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         for module in modules:
             print(f"{module.key}\t{module.library}\t{module.name}\t{describe(module)}")
         return 0
-    os.environ.setdefault("FLASHINFER_CUDA_ARCH_LIST", FLASHINFER_ARCH)  # before flashinfer is imported
+    os.environ.setdefault("FLASHINFER_CUDA_ARCH_LIST", FLASHINFER_ARCH)  # before anything imports flashinfer
     print(f"[jit_kernels] CUDA_HOME={os.environ.get('CUDA_HOME', '(unset)')}; {len(modules)} modules for "
           f"head dims {' '.join(map(str, args.head_dims))}", flush=True)
     start = time.monotonic()

@@ -15,7 +15,7 @@ plain decode module is never built for Qwen2.5.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 # What the census was read from; a GPU env with other versions needs it read again (tests/gpu_env/census_check.py).
 READ_FROM = {"sglang": "0.5.12", "flashinfer-python": "0.6.11.post1"}
@@ -107,7 +107,7 @@ def census(shapes=QWEN25) -> list[Module]:
         for module in modules_for(shape):
             found.setdefault(module.key, module)
             served.setdefault(module.key, []).append(shape.name)
-    return [Module(**{**m.__dict__, "models": tuple(served[m.key])}) for m in found.values()]
+    return [replace(m, models=tuple(served[m.key])) for m in found.values()]
 
 
 def shapes_with_head_dims(head_dims) -> list[ModelShape]:
@@ -132,3 +132,86 @@ def shape_of(model: str, config: dict | None = None) -> ModelShape | None:
         if base == shape.name.lower() or base.startswith(shape.name.lower() + "-"):
             return shape
     return None
+
+
+@dataclass(frozen=True)
+class Source:
+    """A line of the installed packages (path under site-packages) the census rests on, and text it holds."""
+
+    path: str
+    line: int
+    text: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}"
+
+
+# Why each module is built, and the facts around them, as read in the installed sources (file:line). The docs page
+# cites every one (tests/test_kernel_census.py); tests/census_in_gpu_env.py checks each line still holds its text.
+SOURCES: dict[str, tuple[Source, ...]] = {
+    "activation": (
+        Source("sglang/srt/models/qwen2.py", 92, "self.act_fn = SiluAndMul()"),
+        Source("sglang/srt/layers/activation.py", 94, "silu_and_mul(x, out)"),
+        Source("sglang/jit_kernel/activation.py", 33, "args = make_cpp_args(dtype, is_arch_support_pdl())"),
+    ),
+    "fused_rope": (
+        Source("sglang/srt/layers/rotary_embedding/base.py", 76, "self.head_size not in [64, 128, 256, 512]"),
+        Source("sglang/srt/layers/rotary_embedding/base.py", 350, "apply_rope_with_cos_sin_cache_inplace("),
+        Source("sglang/jit_kernel/rope.py", 31, "make_cpp_args(is_neox, rope_dim, is_arch_support_pdl(), dtype)"),
+    ),
+    "kvcache": (
+        Source("sglang/srt/mem_cache/memory_pool.py", 847, "self.row_dim = self.head_num * self.head_dim"),
+        Source("sglang/srt/mem_cache/memory_pool.py", 104, "can_use_store_cache(row_bytes)"),
+        Source("sglang/jit_kernel/kvcache.py", 22, "args = make_cpp_args(row_bytes, is_arch_support_pdl())"),
+    ),
+    "clamp_position": (
+        Source("sglang/srt/model_executor/forward_batch_info.py", 559, "clamp_position(batch.seq_lens)"),
+        Source("sglang/srt/model_executor/forward_batch_info.py", 1221, "clamp_position = clamp_position_cuda"),
+        Source("sglang/srt/managers/schedule_batch.py", 1628, "torch.tensor(seq_lens, dtype=torch.int64"),
+    ),
+    "resolve_future_token_ids": (
+        Source("sglang/srt/managers/scheduler.py", 3038, "self.future_map.resolve_future(model_worker_batch)"),
+        Source("sglang/srt/managers/overlap_utils.py", 132, "_resolve_future_token_ids(model_worker_batch.input_ids"),
+        Source("sglang/srt/managers/schedule_batch.py", 1626, "sum(input_ids, []), dtype=torch.int64"),
+    ),
+    "fa2": (
+        Source("verl/workers/rollout/sglang_rollout/async_sglang_server.py", 295, 'attention_backend = "flashinfer"'),
+        Source("sglang/srt/layers/attention/flashinfer_backend.py", 126, 'self.prefill_backend = "fa2"'),
+        Source("sglang/srt/layers/attention/flashinfer_backend.py", 1705, "return gqa_group_size >= 4"),
+        Source("flashinfer/decode.py", 1078, "self._cached_module = get_batch_prefill_module("),
+        Source("flashinfer/prefill.py", 2027, "self._cached_module = get_batch_prefill_module("),
+    ),
+    "fa3": (
+        Source("sglang/srt/layers/attention/flashinfer_backend.py", 243, 'fmha_backend = "auto"'),
+        Source("sglang/srt/layers/attention/flashinfer_backend.py", 495, "and not is_in_piecewise_cuda_graph()"),
+        Source("flashinfer/utils.py", 516, 'return "fa3"'),
+    ),
+    "cascade": (
+        Source("sglang/srt/layers/attention/flashinfer_backend.py", 884, "o, _ = merge_state(o1, s1, o2, s2)"),
+        Source("flashinfer/cascade.py", 37, "return gen_cascade_module().build_and_load()"),
+    ),
+    "piecewise_graph": (
+        Source("sglang/srt/server_args.py", 737, "disable_piecewise_cuda_graph: bool = False"),
+        Source("sglang/srt/server_args.py", 1519, "piecewise_cuda_graph_max_tokens = self.chunked_prefill_size"),
+        Source("sglang/srt/model_executor/piecewise_cuda_graph_runner.py", 483, "num_tokens <= self.max_num_tokens"),
+        Source("sglang/srt/model_executor/piecewise_cuda_graph_runner.py", 481, "start_len < seq_len"),
+        Source("sglang/srt/managers/schedule_batch.py", 1336, "logprob_start_len = len(self.fill_ids)"),
+        Source("sglang/srt/model_executor/piecewise_cuda_graph_runner.py", 820, "with enable_piecewise_cuda_graph():"),
+    ),
+    "not_built": (
+        Source("sglang/srt/models/qwen2.py", 319, "if get_global_server_args().rl_on_policy_target is not None"),
+        Source("sglang/srt/model_executor/model_runner.py", 2900, "if ngram_embedding_info is None:"),
+        Source("sglang/srt/layers/sampler.py", 129, "simple_sampling_case = ("),
+        Source("sglang/srt/model_executor/model_runner.py", 2525, "if backend_str not in ["),
+    ),
+    "tvm_ffi_cache_key": (
+        Source("sglang/jit_kernel/utils.py", 205, "cuda_sources = [f'#include \"{path}\"' for path in cuda_files]"),
+        Source("tvm_ffi/cpp/extension.py", 863, 'build_dir = Path(cache_dir).expanduser() / f"{name}_{source_hash}"'),
+    ),
+    "triton": (
+        Source("sglang/srt/layers/attention/flashinfer_backend.py", 1129, "create_flashinfer_kv_indices_triton[(bs,)]"),
+        Source("sglang/srt/mem_cache/common.py", 124, "write_req_to_token_pool_triton[("),
+        Source("sglang/srt/model_executor/forward_batch_info.py", 1156, "compute_position_kernel[(batch_size,)]("),
+        Source("triton/knobs.py", 198, 'os.path.dirname(__file__), "backends", "nvidia", "bin"'),
+    ),
+}
