@@ -80,7 +80,7 @@ def _names() -> list[str]:
 def _imports(srt: Path) -> list[str]:
     problems, seen = [], set()
     for relative in ON_PATH:
-        for name in re.findall(r"from sglang\.jit_kernel\.(\w+) import", (srt / relative).read_text()):
+        for name in sorted(set(re.findall(r"from sglang\.jit_kernel\.(\w+) import", (srt / relative).read_text()))):
             seen.add(name)
             if name not in BUILT and name not in NOT_RUN:
                 problems.append(f"sglang/srt/{relative} imports sglang.jit_kernel.{name}, which the census neither "
