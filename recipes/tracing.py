@@ -27,7 +27,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from recipes.constants import TRACE_RELAY_ENV  # set by the launcher to the relay's URL
+from recipes.constants import RELAY_HEALTH_PATH, TRACE_RELAY_ENV  # TRACE_RELAY_ENV: the launcher's relay URL
 from recipes.credentials import has_wandb_credentials
 
 logger = logging.getLogger(__name__)
@@ -215,8 +215,6 @@ def quiet_call_links() -> None:
 def _relay_answers(url: str, timeout_s: float = 5.0) -> bool:
     import json
     import urllib.request
-
-    from recipes.trace_relay.protocol import RELAY_HEALTH_PATH
 
     try:
         with urllib.request.urlopen(url + RELAY_HEALTH_PATH, timeout=timeout_s) as answer:

@@ -50,13 +50,15 @@ class Summary:
 
 class TraceRelay:
     def __init__(self, spool_dir, upstream: Upstream | None, entity: str | None = None, host: str = "127.0.0.1",
-                 port: int = 0, max_retry_interval_s: float = 30.0, listening=None) -> None:
-        self.spool = Spool(spool_dir).acquire()
+                 port: int = 0, max_retry_interval_s: float = 30.0, listening=None, lock_wait_s: float = 0.0) -> None:
+        self.spool = Spool(spool_dir).acquire(lock_wait_s)
         self.max_retry_interval_s = max_retry_interval_s
         self.upstream = upstream
         self.entity = entity
         self.forwarder = Forwarder(self.spool, upstream) if upstream else None
-        self.repeats = RepeatFilter()
+        # a relay taking over from one that was killed knows the calls that one kept: a client that never got
+        # their answer sends them again, and they must not be kept twice
+        self.repeats = RepeatFilter.seeded(self.spool.iter_newest_segment())
         self._write_lock = threading.Lock()  # a repeat is recognised only once the first copy is durable
         self.http = LoopbackHTTPServer(self, host, port, listening)  # listening: a socket bound by a supervisor
         self._stop = threading.Event()
