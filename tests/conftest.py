@@ -68,6 +68,26 @@ def launcher_overrides(default_dry_run) -> list[str]:
     return list(default_dry_run.launch.overrides)
 
 
+@pytest.fixture(scope="session")
+def ray_cluster(tmp_path_factory):
+    """A Ray cluster of two nodes on 127.0.0.1, as scripts/local_ray_cluster.py starts one (two raylets, each its own
+    temp dir, resources and free ports): its `gcs` (a driver's address), `dashboard` (for jobs) and `env` (what a
+    driver needs). Only its own processes are stopped at the end."""
+    from unittest import mock
+
+    from testkit.launcher import load_script
+
+    cluster = load_script("local_ray_cluster")
+    directory = tmp_path_factory.mktemp("ray_cluster")
+    workers_import = {"PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ["PYTHONPATH"]])}
+    with mock.patch.dict(os.environ, workers_import):  # the raylets' environment is their workers'
+        state = cluster.start(directory, nodes=2, cpus=2, gpus=0)
+    try:
+        yield state
+    finally:
+        cluster.stop(directory)
+
+
 def pytest_collection_modifyitems(config, items):
     """The end-to-end run first: it is the longest, so under pytest-xdist the other files fill the other workers."""
     items.sort(key=lambda item: item.get_closest_marker("e2e") is None)

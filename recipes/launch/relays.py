@@ -14,9 +14,11 @@ stops answering; stop() drains each and says, per node, what was sent and what i
 
 from __future__ import annotations
 
+import json
+import os
 import socket
 import sys
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from recipes.constants import TRACE_RELAY_ENV
@@ -147,6 +149,16 @@ def start_relays(plan: RelayPlan) -> Relays:
     return (ClusterRelays(plan) if plan.cluster else LocalRelay(plan)).start()
 
 
-def say_summaries(summaries: list[NodeSummary], out=None) -> None:
+SUMMARY_FILE = "trace_relays.json"  # in OUTPUT_DIR: each node's relay at the end of the run, for scripts to read
+
+
+def say_summaries(summaries: list[NodeSummary], output_dir: str | None = None, out=None) -> None:
+    """One line per node on the console; all of it in OUTPUT_DIR/trace_relays.json (written whole or not at all)."""
     for summary in summaries:
         print(f"[traces] {summary.line()}", file=out or sys.stderr, flush=True)
+    if output_dir:
+        path = Path(output_dir) / SUMMARY_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(json.dumps({"nodes": [asdict(summary) for summary in summaries]}, indent=1))
+        os.replace(tmp, path)

@@ -69,7 +69,7 @@ def run_training(launch: Launch, out=None) -> int:
         if relays is not None:
             for sig in (signal.SIGINT, signal.SIGTERM):  # the drain finishes: the spools keep the rest anyway
                 signal.signal(sig, signal.SIG_IGN)
-            say_summaries(relays.stop(), out)
+            say_summaries(relays.stop(), launch.knobs.output_dir, out)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         if connected:
