@@ -221,9 +221,16 @@ def quiet_call_links() -> None:
 def _node_relay_url(config: Any) -> str | None:
     """This node's relay on a Ray cluster, if the launcher started relays there for this run."""
     try:
+        import ray
+
         from recipes.trace_relay.on_ray import node_relay_url, run_key
 
-        return node_relay_url(run_key(config))
+        url = node_relay_url(run_key(config))
+        if url:  # one line per worker in the run's log: which node it is on, whose relay it uses
+            node = ray.get_runtime_context().get_node_id()
+            print(f"[traces] agent-loop worker pid {os.getpid()} on node {node[:8]}: tracing through that node's "
+                  f"relay {url}", flush=True)
+        return url
     except Exception as err:  # never fail a worker over tracing
         logger.warning("Looking up this node's trace relay failed: %s: %s", type(err).__name__, err)
         return None

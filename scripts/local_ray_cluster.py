@@ -79,8 +79,8 @@ def start(directory: Path, nodes: int, cpus: int, gpus: int) -> dict:
 
 def _wait_for_nodes(state: dict, nodes: int, timeout_s: float = 120.0) -> None:
     """Until the GCS lists `nodes` alive nodes (a raylet registers shortly after `ray start` returns)."""
-    probe = ("import json, ray; ray.init(address=%r, log_to_driver=False); "
-             "print(json.dumps(sum(n['Alive'] for n in ray.nodes())))") % state["gcs"]
+    probe = (f"import json, ray; ray.init(address={state['gcs']!r}, log_to_driver=False); "
+             "print(json.dumps(sum(n['Alive'] for n in ray.nodes())))")
     deadline = time.monotonic() + timeout_s
     while True:
         proc = subprocess.run([sys.executable, "-c", probe], env={**os.environ, **state["env"]}, capture_output=True,

@@ -75,7 +75,7 @@ def inject(spool_base: str | None, kill: int, stop: int, stop_s: float, when_exi
                 event["replaced_after_s"] = round(time.monotonic() - started, 1)
                 event["new_pid"] = now[node]
         if not resumed and time.monotonic() - started >= stop_s:
-            for node, event in events.items():  # a stopped relay its keeper did not end goes on
+            for event in events.values():  # a stopped relay its keeper did not end goes on
                 if event["signal"] == "SIGSTOP":
                     try:
                         os.kill(event["pid"], signal.SIGCONT)

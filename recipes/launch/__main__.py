@@ -45,9 +45,10 @@ def main(argv: list[str] | None = None, environ: dict[str, str] | None = None) -
     job = None
     try:
         if argv[:1] == [JOB_FLAG]:
-            from recipes.launch.ray_job import read_job_payload
+            from recipes.launch.ray_job import load_job_secrets, read_job_payload
 
             argv, job = argv[1:], read_job_payload(environ)
+            load_job_secrets()
             knobs = Knobs(**{name.lower(): value for name, value in job["knobs"].items()})
         else:
             knobs = Knobs.from_environ(environ)

@@ -89,6 +89,17 @@ def job_payload(knobs: dict[str, str], overrides: list[str]) -> str:
     return json.dumps({"knobs": knobs, "overrides": overrides})
 
 
+def load_job_secrets() -> None:
+    """On the cluster, in the job's entrypoint: the secrets the submitter uploaded (its preflight and relays need the
+    W&B key too; Ray loads them into the job's workers by itself). Nothing when none were uploaded."""
+    import importlib
+
+    try:
+        importlib.import_module(SECRETS_MODULE).load()
+    except ImportError:
+        pass
+
+
 def read_job_payload(environ: dict[str, str]) -> dict:
     """The payload on the cluster side; ValueError with a line to show when it is missing or broken."""
     try:

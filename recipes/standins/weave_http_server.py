@@ -18,7 +18,8 @@ refs to an internal project id, so a value holding refs gets a different digest 
     python -m recipes.standins.weave_http_server [--port 0] [--url-file FILE]   # in its own process, until SIGTERM
 
 `GET /standin/received` (the stand-in's own route, no W&B has it) answers what it received: every call (id,
-parent, trace, op, ended) and how many times each call's start arrived, for a benchmark to count from outside.
+parent, trace, op, attributes, ended) and how many times each call's start arrived, for a benchmark to count from
+outside (scripts/trace_tally.py).
 """
 
 from __future__ import annotations
@@ -141,8 +142,9 @@ class WandbStandIn:
             value, lambda ext: "internal-" + hashlib.sha256(ext.encode()).hexdigest()[:16])
 
     def received(self) -> dict:
-        """Every call received (id, parent_id, trace_id, op_name, ended) and the starts received per call id."""
-        calls = [{key: call[key] for key in ("id", "parent_id", "trace_id", "op_name", "ended")}
+        """Every call received (id, parent_id, trace_id, op_name, attributes, ended) and the starts received per
+        call id."""
+        calls = [{key: call[key] for key in ("id", "parent_id", "trace_id", "op_name", "attributes", "ended")}
                  for call in self.storage.recorded_calls()]
         with self._lock:
             return {"calls": calls, "starts_received": dict(self.call_starts_received)}
