@@ -91,14 +91,11 @@ class NodeSummary:
     extra: dict = field(default_factory=dict)
 
     def line(self) -> str:
-        text = f"trace relay on {self.node}: {self.sent} trace records sent to W&B, {self.pending} pending"
-        if self.rejected:
-            text += f", {self.rejected} rejected by W&B (kept in {self.spool}/rejected.spool)"
+        from recipes.trace_relay.spool import Summary
+
+        text = f"trace relay on {self.node}: " + Summary(self.sent, self.pending, self.rejected).line(self.spool)
         if self.replaced:
             text += f"; relay replaced {self.replaced} time(s) ({self.hangs} of them for not answering)"
-        if self.pending:
-            text += (f"; they are in {self.spool} on that node: send them from there with "
-                     f"`python scripts/upload_traces.py --spool {self.spool}`")
         if self.error:
             text += f" ({self.error})"
         return text

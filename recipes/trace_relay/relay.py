@@ -12,14 +12,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass
 
 import httpx
 
 from recipes.trace_relay import protocol
 from recipes.trace_relay.http import LoopbackHTTPServer, Request, Response
 from recipes.trace_relay.repeats import RepeatFilter
-from recipes.trace_relay.spool import Record, Spool
+from recipes.trace_relay.spool import Record, Spool, Summary
 from recipes.trace_relay.upstream import Forwarder, Upstream, UpstreamDown, UpstreamRefused
 
 logger = logging.getLogger(__name__)
@@ -28,24 +27,6 @@ logger = logging.getLogger(__name__)
 _KEPT_HEADERS = ("x-weave-client-capabilities", "x-weave-trace-id", "user-agent")
 INIT_REQUEST_TIMEOUT_S = 10.0  # weave.init waits on these; past this the relay answers itself
 ASSUME_DOWN_FOR_S = 30.0  # after a failure, answer init requests here without trying W&B first
-
-
-@dataclass
-class Summary:
-    sent: int
-    pending: int
-    rejected: int
-    error: str | None = None
-
-    def line(self, spool_dir) -> str:
-        text = f"{self.sent} trace records sent to W&B, {self.pending} pending"
-        if self.rejected:
-            text += f", {self.rejected} rejected by W&B (kept in {spool_dir}/rejected.spool)"
-        if self.pending:
-            text += f" in {spool_dir}: send them with `python scripts/upload_traces.py --spool {spool_dir}`"
-            if self.error:
-                text += f" (last error: {self.error})"
-        return text
 
 
 class TraceRelay:

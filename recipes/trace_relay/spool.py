@@ -45,6 +45,26 @@ class Record:
         return json.dumps(header).encode() + b"\n"
 
 
+@dataclass
+class Summary:
+    """What a relay sent and left in its spool when it stopped, as one line that says how to send the rest."""
+
+    sent: int
+    pending: int
+    rejected: int
+    error: str | None = None
+
+    def line(self, spool_dir) -> str:
+        text = f"{self.sent} trace records sent to W&B, {self.pending} pending"
+        if self.rejected:
+            text += f", {self.rejected} rejected by W&B (kept in {spool_dir}/rejected.spool)"
+        if self.pending:
+            text += f" in {spool_dir}: send them with `python scripts/upload_traces.py --spool {spool_dir}`"
+            if self.error:
+                text += f" (last error: {self.error})"
+        return text
+
+
 class SpoolBusy(RuntimeError):
     pass
 
