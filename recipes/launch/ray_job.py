@@ -171,7 +171,12 @@ def submit_and_follow(address: str, payload: str, environ: dict[str, str], follo
           file=sys.stderr)
     if not follow:
         return 0
-    asyncio.run(_follow(client, job_id))
+    try:
+        asyncio.run(_follow(client, job_id))
+    except KeyboardInterrupt:
+        print(f"\n[submit] stopped following; the job goes on: ray job stop {job_id} --address {address}",
+              file=sys.stderr)
+        return 130
     status = client.get_job_status(job_id)
     print(f"[submit] job {job_id}: {status}", file=sys.stderr)
     return 0 if status == JobStatus.SUCCEEDED else 1

@@ -84,7 +84,11 @@ def _connect_to_cluster(launch: Launch) -> bool:
 
     from recipes.trace_relay.on_ray import NAMESPACE
 
-    ray.init(address=launch.ray_address or None, namespace=NAMESPACE, log_to_driver=True)
+    try:
+        ray.init(address=launch.ray_address or None, namespace=NAMESPACE, log_to_driver=True)
+    except Exception as err:  # main_ppo would not get in either
+        raise RelayStartError(f"cannot join the Ray cluster at {launch.ray_address or 'RAY_ADDRESS'} to start a "
+                              f"trace relay on each node: {type(err).__name__}: {err}") from err
     return True
 
 
