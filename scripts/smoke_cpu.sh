@@ -76,7 +76,7 @@ multinode() {  # NODES>1: see the header
     "$PYTHON" -m recipes.standins.weave_http_server --url-file "$WORK_DIR/wandb.url" \
       >"$OUTPUT_DIR/logs/wandb_standin.log" 2>&1 &
     standin=$!
-    for _ in $(seq 600); do [ -s "$WORK_DIR/wandb.url" ] && break; sleep 0.1; done
+    for _ in $(seq 1800); do [ -s "$WORK_DIR/wandb.url" ] && break; sleep 0.1; done  # it imports weave
     WANDB_BASE_URL=$(cat "$WORK_DIR/wandb.url")
     export WANDB_BASE_URL WF_TRACE_SERVER_URL=$WANDB_BASE_URL/traces WANDB_ENTITY=${WANDB_ENTITY:-loopback-entity}
     export WANDB_API_KEY=${WANDB_API_KEY:-$("$PYTHON" -c 'from recipes.standins.weave_http_server import API_KEY; print(API_KEY)')}
