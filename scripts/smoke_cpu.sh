@@ -104,7 +104,8 @@ multinode() {  # NODES>1: see the header
   fi
   log "agent-loop workers: $(grep -o 'agent-loop worker pid [0-9]* on node [0-9a-f]*' "$OUTPUT_DIR/logs/train.log" | sort -u | xargs)"
   local result status=0
-  result=$("$PYTHON" scripts/trace_tally.py --output_dir "$OUTPUT_DIR" --wandb "$WANDB_BASE_URL" --nodes "$NODES") || status=$?
+  result=$("$PYTHON" scripts/trace_tally.py --output_dir "$OUTPUT_DIR" --wandb "$WANDB_BASE_URL" --nodes "$NODES" \
+    --save "$OUTPUT_DIR/logs/wandb_received.json") || status=$?
   cleanup >&2
   trap - EXIT
   echo "$result" | tail -n 1

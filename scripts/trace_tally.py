@@ -1,6 +1,8 @@
 """Count a run's traced trajectories against what W&B received: the multi-node smoke's last line.
 
     python scripts/trace_tally.py --output_dir OUTPUT_DIR --wandb WANDB_BASE_URL [--nodes 2] [--experiment E]
+                                  [--save FILE]          # also keep what the stand-in said, to count again later
+    python scripts/trace_tally.py --output_dir OUTPUT_DIR --received FILE [--nodes 2]
 
 traced: the trajectories the agent-loop workers traced, from the run's own record: its composed config (hydra's
 copy in OUTPUT_DIR/hydra/) and its dumps (one line per trajectory of each generate call, rollouts/ and validation/):
@@ -25,6 +27,11 @@ from pathlib import Path
 import yaml
 
 ROOT_OP = "AgentLoop.run"  # the trajectory's root call: ScoredToolAgentLoop.run (recipes/tracing.py ROOT_OP_SUFFIX)
+
+
+def op_name(call: dict) -> str:
+    """`ScoredToolAgentLoop.run` from weave's op ref `weave:///<entity>/<project>/op/ScoredToolAgentLoop.run:<digest>`."""
+    return str(call["op_name"]).rsplit("/op/", 1)[-1].split(":")[0]
 
 
 def expected_traces(output_dir: Path) -> int:
@@ -57,7 +64,7 @@ def tally(calls: list[dict], starts: dict[str, int], experiment: str | None) -> 
         by_trace.setdefault(call["trace_id"], []).append(call)
     whole = twice = 0
     for trace in by_trace.values():
-        roots = [c for c in trace if c["parent_id"] is None and str(c["op_name"]).split(":")[0].endswith(ROOT_OP)]
+        roots = [c for c in trace if c["parent_id"] is None and op_name(c).endswith(ROOT_OP)]
         if len(roots) != 1:
             continue
         if experiment and (roots[0].get("attributes") or {}).get("experiment_name") not in (None, experiment):
@@ -80,10 +87,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--wandb", default=os.environ.get("WANDB_BASE_URL"), help="W&B's base URL (the stand-in's)")
     p.add_argument("--nodes", type=int, default=1)
     p.add_argument("--experiment", help="count only trajectories of this experiment (a W&B that holds others)")
+    p.add_argument("--save", type=Path, help="write what the stand-in received here (JSON)")
+    p.add_argument("--received", type=Path, help="count from a file --save wrote instead of asking W&B")
     args = p.parse_args(argv)
     try:
         traced = expected_traces(args.output_dir)
-        got = received(args.wandb)
+        got = json.loads(args.received.read_text()) if args.received else received(args.wandb)
+        if args.save:
+            args.save.write_text(json.dumps(got))
     except (OSError, ValueError, KeyError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
