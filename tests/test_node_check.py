@@ -1,5 +1,6 @@
 """`CHECK_ONLY=1 bash scripts/run_gsm8k_grpo.sh`: the whole launch preflight with a line per GPU-node check, then
-exit, starting nothing (scripts/preflight.py --node-check).
+exit, starting nothing. Driven through the launcher's entry point (`python -m recipes.launch`, which the script
+hands its knobs); `scripts/preflight.py --node-check` is the same check as a command.
 
 This CPU machine has no GPU, driver or CUDA compiler: nvidia-smi, nvcc and g++ are stand-in scripts on PATH that
 print what the real tools print on an H100 node (each labelled where it is written). Everything else is real: the
@@ -7,11 +8,16 @@ launcher, the preflight, the installed packages (so the CPU env's torch and miss
 version errors they are on a GPU node), the kernel caches (empty folders here)."""
 
 import os
+import subprocess
+import sys
+from unittest import mock
 
 import pytest
 
+from recipes.launch.__main__ import main as launcher
 from recipes.preflight.report import Report
-from testkit.launcher import launch, load_script
+from recipes.preflight.run import Preflight, node_verdict
+from testkit.launcher import clean_environ
 
 H100_NODE = {  # stand-in nvidia-smi: what the real one printed on a lent 8xH100 node, per query
     "-L": "".join(f"GPU {i}: NVIDIA H100 80GB HBM3 (UUID: GPU-{i:08d})\n" for i in range(8)),
@@ -39,9 +45,15 @@ def gpu_node(tmp_path):
             "CHECK_ONLY": "1"}
 
 
-def test_check_only_prints_each_gpu_node_line_and_starts_nothing(prepared_data_dir, gpu_node, tmp_path):
-    proc = launch(prepared_data_dir, **gpu_node)
-    lines = [line.removeprefix("[preflight] ") for line in proc.stderr.splitlines()]
+def test_check_only_prints_each_gpu_node_line_and_starts_nothing(prepared_data_dir, gpu_node, tmp_path, capsys):
+    environ = clean_environ(PYTHON=sys.executable, DATA_DIR=str(prepared_data_dir), **gpu_node)
+    started = []
+    with mock.patch.dict(os.environ, environ, clear=True), mock.patch.object(
+            subprocess.Popen, "__init__", lambda self, args, *a, **k: started.append(_program(args)) or
+            _POPEN_INIT(self, args, *a, **k)):
+        returncode = launcher([], environ)
+    out, err = capsys.readouterr()
+    lines = [line.removeprefix("[preflight] ") for line in err.splitlines()]
     cuda = gpu_node["CUDA_HOME"]
     expected = [
         "GPUs: 8 visible, as trainer.n_gpus_per_node=8 asks",
@@ -50,24 +62,33 @@ def test_check_only_prints_each_gpu_node_line_and_starts_nothing(prepared_data_d
         f"host compiler: {tmp_path}/bin/g++ gcc 12.2.0 (nvcc 13.0 with SGLang's C++20 kernels needs gcc/g++ 10 to 15)",
         "SGLang header: sglang is not installed, no activation header to check",
     ]
-    assert [line for line in expected if line not in lines] == [], proc.stderr
+    assert [line for line in expected if line not in lines] == [], err
     (cache,) = [line for line in lines if line.startswith("JIT caches: ")]
     assert f"SGLang (tvm-ffi) {tmp_path}/tvm-ffi (0 kernels)" in cache
     assert cache.split("; ")[1] == ("first-use census for Qwen2.5-3B: 0 of 8 built, missing activation, "
                                     "fused_rope_hd128, kvcache_512, clamp_position, resolve_future_token_ids, "
                                     "fa2_hd128, fa3_hd128, cascade")
     # this CPU env is not the GPU lock: the node check says so and fails, as the launch would
-    assert "ERROR: sglang is not installed but actor_rollout_ref.rollout.name=sglang needs it" in proc.stderr
-    assert proc.returncode == 1 and lines[-1].startswith("node check: ") and lines[-1].endswith(
+    assert "ERROR: sglang is not installed but actor_rollout_ref.rollout.name=sglang needs it" in err
+    assert returncode == 1 and lines[-1].startswith("node check: ") and lines[-1].endswith(
         "problem(s) above would stop a launch here; nothing was started")
-    assert "main_ppo" not in proc.stdout + proc.stderr and "ray init" not in proc.stderr.lower()
+    assert "main_ppo" not in out + err and "ray init" not in err.lower()
+    # it asked the node's tools and started nothing else: no main_ppo, relay, watcher or Ray
+    assert set(started) <= {"nvidia-smi", "nvcc", "g++"} and "nvidia-smi" in started, started
+
+
+_POPEN_INIT = subprocess.Popen.__init__
+
+
+def _program(args) -> str:
+    return os.path.basename(str(args[0] if isinstance(args, (list, tuple)) else args).split()[0])
 
 
 def test_a_node_that_passes_says_a_launch_would_start(capsys):
     report = Report()
     report.warn("something to know")
-    assert load_script("preflight")._node_verdict(report) == 0
+    assert node_verdict(Preflight(config={}, report=report)) == 0
     assert capsys.readouterr().err == ("[preflight] node check: ok, a launch would start here (1 warning(s)); "
                                        "nothing was started\n")
     report.error("a problem")
-    assert load_script("preflight")._node_verdict(report) == 1
+    assert node_verdict(Preflight(config={}, report=report)) == 1
