@@ -13,20 +13,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import recipes.tool_parser  # noqa: F401  the recipe's tool-call format, registered as the agent loop registers it
-from recipes.constants import AGENT_LOOP_CONFIG, REPO_ROOT
-from recipes.preflight.compose import compose_config
-from recipes.tool_sets import get_tool_set
+from recipes.launch.knobs import Knobs, compose_launch_config
 
 
-def compose_trainer_config(tool_set: str = "calculator", extra_overrides: tuple[str, ...] = ()):
-    """The recipe's config as a launch composes it (tool config, agent loops and reward at their real paths)."""
-    tool_config = get_tool_set(tool_set).config_path
-    return compose_config([
-        f"actor_rollout_ref.rollout.multi_turn.tool_config_path={tool_config or 'null'}",
-        f"actor_rollout_ref.rollout.agent.agent_loop_config_path={AGENT_LOOP_CONFIG}",
-        f"reward.custom_reward_function.path={REPO_ROOT / 'recipes' / 'reward.py'}",
-        *extra_overrides,
-    ])
+def compose_trainer_config(tool_set: str = "calculator", extra_overrides: tuple[str, ...] = (), **knobs: str):
+    """The recipe's config as a launch with these knobs composes it (recipes/launch/knobs.py: tool config, agent
+    loops and reward at their real paths; PROFILE=8xh100 unless a `profile` knob says otherwise)."""
+    return compose_launch_config(Knobs(tool_set=tool_set, **knobs), extra_overrides)
 
 
 def load_tools(config) -> list:

@@ -4,7 +4,8 @@ Configured by `actor_rollout_ref.rollout.agent.agent_loop_manager_class:
 recipes.agent_loop_worker.TracedAgentLoopManager` (legacy trainer, `trainer.use_v1=false`, as the recipe runs).
 verl's AgentLoopManager keeps an `agent_loop_workers_class` it finds already set; ours is the worker below,
 which, in each worker process:
-- points weave at the node's trace relay when the launcher runs one (recipes.tracing.use_trace_relay),
+- points weave at its node's trace relay when the launcher runs one (recipes.tracing.use_trace_relay: the URL the
+  launcher handed down on one node; on a Ray cluster, its node's relay found by name from the config),
 - makes a failing weave.init switch tracing off instead of killing the worker (guard_trace_init), before
   verl's AgentLoopWorker.__init__ calls RolloutTraceConfig.init, whatever the tool set, and keeps weave from
   logging a link per traced call (quiet_call_links: set here, in the worker, whatever environment Ray gave it),
@@ -23,7 +24,7 @@ from recipes.tracing import TraceFlusher, guard_trace_init, use_trace_relay
 
 class TracedAgentLoopWorker(AgentLoopWorker):
     def __init__(self, *args, **kwargs):
-        use_trace_relay()
+        use_trace_relay(args[0] if args else kwargs.get("config"))  # verl passes the trainer config first
         guard_trace_init()
         self.trace_flusher = TraceFlusher()
         super().__init__(*args, **kwargs)

@@ -21,6 +21,8 @@ SHARED_GSM8K_DIR = SHARED_DIR / "data" / "gsm8k"
 
 # The environment variable through which the launcher tells every worker its node's trace relay (the relay's URL).
 TRACE_RELAY_ENV = "GSM8K_RECIPE_TRACE_RELAY"
+# The trace relay's own route: its keeper and the workers ask it whether THIS node's relay answers.
+RELAY_HEALTH_PATH = "/trace_relay/health"
 
 # verl routes rows with this data_source to its GSM8K scorer; our reward function keys on it too.
 DATA_SOURCE = "openai/gsm8k"

@@ -27,7 +27,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from recipes.constants import TRACE_RELAY_ENV  # set by the launcher to the relay's URL
+from recipes.constants import RELAY_HEALTH_PATH, TRACE_RELAY_ENV  # TRACE_RELAY_ENV: the launcher's relay URL
 from recipes.credentials import has_wandb_credentials
 from recipes.weave_sender import post_encoded_batches
 
@@ -231,27 +231,33 @@ def tracing_this_call() -> bool:
 
 # weave needs some key to start; the relay authenticates to W&B with its own, so this one never leaves the node
 RELAY_CLIENT_KEY = "trace-relay-" + "0" * 28
+RELAYED_RETRY_ATTEMPTS = "6"  # weave's WEAVE_RETRY_MAX_ATTEMPTS for a client of a relay, unless set
 
 
-def use_trace_relay() -> str | None:
-    """If the launcher runs a trace relay, point THIS process's weave at it (GraphQL and trace server) and
-    return its URL. Only here: the wandb metrics logger in the trainer keeps talking to W&B itself.
+def use_trace_relay(config: Any = None) -> str | None:
+    """If the launcher runs a trace relay for this process's node, point THIS process's weave at it (GraphQL and
+    trace server) and return its URL. Only here: the wandb metrics logger in the trainer keeps talking to W&B.
 
-    The relay listens on the driver node's loopback. A worker that does not reach it (another node of a
-    multi-node run, where the variable should not be set anyway) traces straight to W&B, as without a relay:
-    the per-step flush still sends what a step traced, but an outage longer than weave's retries loses calls."""
+    Where the relay is: on one node, the launcher hands its URL down in TRACE_RELAY_ENV; on a Ray cluster, the
+    relay of this worker's node is found by name (recipes/trace_relay/on_ray.py) from the run the trainer
+    `config` names. A worker whose relay does not answer traces straight to W&B, as without a relay: the
+    per-step flush still sends what a step traced, but an outage longer than weave's retries loses calls."""
     url = (os.environ.get(TRACE_RELAY_ENV) or "").rstrip("/")
+    if not url and config is not None:
+        url = _node_relay_url(config) or ""
     if not url:
         return None
     if not _relay_answers(url):
-        logger.warning("Trace relay %s (%s) does not answer from this process's node: tracing straight to W&B "
-                       "instead (traces made while W&B is unreachable may be lost).", url, TRACE_RELAY_ENV)
+        logger.warning("Trace relay %s does not answer from this process's node: tracing straight to W&B "
+                       "instead (traces made while W&B is unreachable may be lost).", url)
         return None
     os.environ["WANDB_BASE_URL"] = url
     os.environ["WF_TRACE_SERVER_URL"] = url + "/traces"
     os.environ.setdefault("WANDB_API_KEY", RELAY_CLIENT_KEY)  # a netrc entry is for W&B's host, not the relay's
     os.environ["WANDB_ERROR_REPORTING"] = "false"  # Sentry would try to leave an air-gapped node
     os.environ["WEAVE_USE_SERVER_CACHE"] = "false"  # its cache is keyed without the server URL (facts doc)
+    # weave gives a refused request ~10 s (3 attempts); a relay keeper that Ray starts again takes longer: ~30 s
+    os.environ.setdefault("WEAVE_RETRY_MAX_ATTEMPTS", RELAYED_RETRY_ATTEMPTS)
     try:
         from weave.trace import init_message
 
@@ -278,11 +284,27 @@ def quiet_call_links() -> None:
         os.environ["WEAVE_PRINT_CALL_LINK"] = "false"
 
 
+def _node_relay_url(config: Any) -> str | None:
+    """This node's relay on a Ray cluster, if the launcher started relays there for this run."""
+    try:
+        import ray
+
+        from recipes.trace_relay.on_ray import node_relay_url, run_key
+
+        url = node_relay_url(run_key(config))
+        if url:  # one line per worker in the run's log: which node it is on, whose relay it uses
+            node = ray.get_runtime_context().get_node_id()
+            print(f"[traces] agent-loop worker pid {os.getpid()} on node {node[:8]}: tracing through that node's "
+                  f"relay {url}", flush=True)
+        return url
+    except Exception as err:  # never fail a worker over tracing
+        logger.warning("Looking up this node's trace relay failed: %s: %s", type(err).__name__, err)
+        return None
+
+
 def _relay_answers(url: str, timeout_s: float = 5.0) -> bool:
     import json
     import urllib.request
-
-    from recipes.trace_relay.protocol import RELAY_HEALTH_PATH
 
     try:
         with urllib.request.urlopen(url + RELAY_HEALTH_PATH, timeout=timeout_s) as answer:

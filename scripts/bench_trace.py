@@ -26,7 +26,7 @@ os.environ.setdefault("WEAVE_PRINT_CALL_LINK", "false")
 
 from data_prep.gsm8k_rows import SourceRecord, build_row  # noqa: E402
 from recipes import agent_loop_inprocess as harness  # noqa: E402
-from recipes.constants import CALCULATOR, REPO_ROOT  # noqa: E402
+from recipes.constants import CALCULATOR  # noqa: E402
 from recipes.cpu_backend.qwen_tokenizer import load_qwen25_tokenizer  # noqa: E402
 from recipes.standins.scripted_llm import ScriptedLLM, tool_call  # noqa: E402
 from recipes.standins.weave_memory_server import install_memory_weave_client  # noqa: E402
@@ -78,9 +78,7 @@ def main() -> int:
     from recipes import tracing
 
     tok = load_qwen25_tokenizer()
-    config = harness.compose_trainer_config("calculator", (
-        f"reward.custom_reward_function.path={REPO_ROOT}/recipes/reward.py",
-        "actor_rollout_ref.rollout.response_length=4096"))
+    config = harness.compose_trainer_config("calculator", ("actor_rollout_ref.rollout.response_length=4096",))
     tools = harness.load_tools(config)
     rows = [build_row(SourceRecord(f"Question {i}: Natalia sold 48 clips and half as many more. Total?", "#### 72",
                                    "bench", i), "train", get_tool_set("calculator")) for i in range(args.rollouts)]

@@ -12,6 +12,15 @@
 #   bash scripts/smoke_cpu.sh trainer.test_freq=1            # hydra overrides go to both launches, last
 #   RESUME_CHECK=0 bash scripts/smoke_cpu.sh                 # only the first launch
 #   TRACE=on LOGGER=console,wandb bash scripts/smoke_cpu.sh  # any launcher knob passes through
+#   NODES=2 bash scripts/smoke_cpu.sh                        # the multi-node path, relays broken mid-run (below)
+#
+# NODES=2 (or more): a Ray cluster of that many nodes on 127.0.0.1 (scripts/local_ray_cluster.py: a raylet each,
+# own temp dir and ports), the smoke submitted to it through the recipe's multi-node path (SUBMIT=ray, one launch, one
+# rank and one agent-loop worker per node) with traces on, to WANDB_BASE_URL / WF_TRACE_SERVER_URL or, unset, the W&B
+# stand-in (recipes/standins/weave_http_server.py); during training one node's trace relay is SIGKILLed and another's
+# SIGSTOPped for STOP_SECONDS (scripts/relay_faults.py, by command line); then the cluster stops. Last line:
+# RESULT nodes=<n> traced=<t> acknowledged=<a> lost_traces=<l> duplicate_traces=<d> relays_replaced=<r>
+# (scripts/trace_tally.py). Time and figures: docs/measured.md (multinode_*).
 . "$(dirname "${BASH_SOURCE[0]}")/help.sh" "$@"  # -h/--help: usage, knobs; runs nothing
 set -euo pipefail
 
@@ -26,6 +35,9 @@ TRAIN_ROWS=${TRAIN_ROWS:-6}                           # 3 steps x 2 prompts, no 
 TEST_ROWS=${TEST_ROWS:-4}
 RESUME_CHECK=${RESUME_CHECK:-1}                       # 1: a second launch resumes from the checkpoint (1 step)
 EXPERIMENT_NAME=${EXPERIMENT_NAME:-gsm8k_cpu_smoke}
+NODES=${NODES:-1}                                     # >1: a Ray cluster of NODES nodes on this machine, as above
+FAULTS=${FAULTS:-1}                                   # NODES>1: 0 leaves the relays alone
+STOP_SECONDS=${STOP_SECONDS:-30}                      # NODES>1: how long one node's relay stays SIGSTOPped
 # -----------------------------------------------------------------------------------------------------
 
 cd "$REPO_ROOT"
@@ -47,6 +59,59 @@ export WANDB_MODE=${WANDB_MODE:-offline} WANDB_ERROR_REPORTING=${WANDB_ERROR_REP
 export PROFILE=cpu_smoke MODEL_PATH="$WORK_DIR/model" DATA_DIR="$WORK_DIR/data" OUTPUT_DIR EXPERIMENT_NAME PYTHON
 
 if [ "${DRY_RUN:-0}" = 1 ]; then exec bash scripts/run_gsm8k_grpo.sh "$@"; fi
+
+multinode() {  # NODES>1: see the header
+  export TRACE=${TRACE:-on} TRACE_SPOOL=${TRACE_SPOOL:-$WORK_DIR/trace_spool} NNODES=$NODES N_GPUS_PER_NODE=1
+  rm -rf "$OUTPUT_DIR"/{checkpoints,rollouts,validation,report,logs,hydra,trace_relays.json} "$TRACE_SPOOL"
+  mkdir -p "$OUTPUT_DIR/logs"
+  local cluster_dir=$WORK_DIR/cluster standin=0 faults=0
+  cleanup() {
+    [ "$faults" = 0 ] || kill "$faults" 2>/dev/null || true
+    [ "$standin" = 0 ] || kill "$standin" 2>/dev/null || true
+    [ ! -f "$cluster_dir/cluster.json" ] || "$PYTHON" scripts/local_ray_cluster.py stop --dir "$cluster_dir" >&2 || true
+  }
+  trap cleanup EXIT
+  if [ -z "${WANDB_BASE_URL:-}" ]; then  # the benchmark's own W&B: the stand-in, on 127.0.0.1
+    rm -f "$WORK_DIR/wandb.url"
+    "$PYTHON" -m recipes.standins.weave_http_server --url-file "$WORK_DIR/wandb.url" \
+      >"$OUTPUT_DIR/logs/wandb_standin.log" 2>&1 &
+    standin=$!
+    for _ in $(seq 1800); do [ -s "$WORK_DIR/wandb.url" ] && break; sleep 0.1; done  # it imports weave
+    WANDB_BASE_URL=$(cat "$WORK_DIR/wandb.url")
+    export WANDB_BASE_URL WF_TRACE_SERVER_URL=$WANDB_BASE_URL/traces WANDB_ENTITY=${WANDB_ENTITY:-loopback-entity}
+    export WANDB_API_KEY=${WANDB_API_KEY:-$("$PYTHON" -c 'from recipes.standins.weave_http_server import API_KEY; print(API_KEY)')}
+  fi
+  export WEAVE_USE_SERVER_CACHE=false WEAVE_PRINT_CALL_LINK=false
+  log "a Ray cluster of $NODES nodes on 127.0.0.1 -> $cluster_dir (traces to $WANDB_BASE_URL)"
+  local state dashboard
+  state=$("$PYTHON" scripts/local_ray_cluster.py start --dir "$cluster_dir" --nodes "$NODES" --cpus 8 --gpus 1)
+  dashboard=$("$PYTHON" -c 'import json, sys; print(json.loads(sys.argv[1])["dashboard"])' "$state")
+  eval "$("$PYTHON" -c 'import json, shlex, sys; [print(f"export {k}={shlex.quote(v)}") for k, v in json.loads(sys.argv[1])["env"].items()]' "$state")"
+  if [ "$FAULTS" = 1 ]; then  # from outside, by command line, once step 1 is done
+    "$PYTHON" scripts/relay_faults.py inject --spool-base "$TRACE_SPOOL" --kill 1 --stop 1 \
+      --stop-seconds "$STOP_SECONDS" --when-exists "$OUTPUT_DIR/rollouts/1.jsonl" \
+      >"$OUTPUT_DIR/logs/relay_faults.json" 2>"$OUTPUT_DIR/logs/relay_faults.log" &
+    faults=$!
+  fi
+  log "submitting the smoke to it (SUBMIT=ray) -> $OUTPUT_DIR/logs/train.log"
+  local start=$SECONDS
+  SUBMIT=ray RAY_ADDRESS=$dashboard bash scripts/run_gsm8k_grpo.sh "$@" 2>&1 | tee "$OUTPUT_DIR/logs/train.log" >&2
+  log "the job took $((SECONDS - start)) s"
+  if [ "$faults" != 0 ]; then
+    wait "$faults" || log "warning: the relay faults were not all injected (logs/relay_faults.log)"
+    faults=0
+    log "relay faults: $(cat "$OUTPUT_DIR/logs/relay_faults.json")"
+  fi
+  log "agent-loop workers: $(grep -o 'agent-loop worker pid [0-9]* on node [0-9a-f]*' "$OUTPUT_DIR/logs/train.log" | sort -u | xargs)"
+  local result status=0
+  result=$("$PYTHON" scripts/trace_tally.py --output_dir "$OUTPUT_DIR" --wandb "$WANDB_BASE_URL" --nodes "$NODES" \
+    --save "$OUTPUT_DIR/logs/wandb_received.json") || status=$?
+  cleanup >&2
+  trap - EXIT
+  echo "$result" | tail -n 1
+  return "$status"
+}
+if [ "$NODES" -gt 1 ]; then multinode "$@"; exit; fi
 
 # trace_spool: what the launcher's trace relay keeps; a stale one would be sent again into this run's traces
 rm -rf "$OUTPUT_DIR"/{checkpoints,rollouts,validation,report,logs,hydra,trace_spool,trace_relay.log,trace_relay.url}

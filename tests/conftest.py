@@ -53,21 +53,39 @@ def prepared_data_dir(mini_gsm8k_dir, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def default_dry_run(prepared_data_dir):
-    """DRY_RUN of scripts/run_gsm8k_grpo.sh with no knob set (profile 8xh100): what it printed. One launch for
-    every test that reads it: each launcher run imports verl (~12 s of CPU)."""
-    from testkit.launcher import launch
+    """The launcher's decisions for DRY_RUN=1 with no other knob set (profile 8xh100), through its Python entry
+    point (testkit.launcher.plan): one for every test that reads it (composing and validating takes seconds)."""
+    from testkit.launcher import plan
 
-    proc = launch(prepared_data_dir, DRY_RUN="1")
-    assert proc.returncode == 0, proc.stderr
-    return proc
+    planned = plan(prepared_data_dir, DRY_RUN="1")
+    assert planned.preflight.ok, planned.err
+    return planned
 
 
 @pytest.fixture(scope="session")
 def launcher_overrides(default_dry_run) -> list[str]:
-    """The hydra overrides a default launch passes."""
-    from testkit.launcher import printed_overrides
+    """The hydra overrides a default launch passes to main_ppo."""
+    return list(default_dry_run.launch.overrides)
 
-    return printed_overrides(default_dry_run.stdout)
+
+@pytest.fixture(scope="session")
+def ray_cluster(tmp_path_factory):
+    """A Ray cluster of two nodes on 127.0.0.1, as scripts/local_ray_cluster.py starts one (two raylets, each its own
+    temp dir, resources and free ports): its `gcs` (a driver's address), `dashboard` (for jobs) and `env` (what a
+    driver needs). Only its own processes are stopped at the end."""
+    from unittest import mock
+
+    from testkit.launcher import load_script
+
+    cluster = load_script("local_ray_cluster")
+    directory = tmp_path_factory.mktemp("ray_cluster")
+    workers_import = {"PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ["PYTHONPATH"]])}
+    with mock.patch.dict(os.environ, workers_import):  # the raylets' environment is their workers'
+        state = cluster.start(directory, nodes=2, cpus=2, gpus=0)
+    try:
+        yield state
+    finally:
+        cluster.stop(directory)
 
 
 def pytest_collection_modifyitems(config, items):

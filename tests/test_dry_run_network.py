@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from recipes.constants import REPO_ROOT
-from testkit.launcher import launch, plan_line
+from testkit.launcher import run_script
 
 NO_NETWORK = REPO_ROOT / "tests" / "testkit" / "no_network"
 
@@ -21,10 +21,10 @@ def no_network_env(log) -> dict[str, str]:
 def test_a_tracing_dry_run_reaches_no_host(prepared_data_dir, tmp_path, monkeypatch):
     monkeypatch.delenv("WANDB_ERROR_REPORTING", raising=False)  # the conftest sets it; a user's shell does not
     log = tmp_path / "outbound.log"
-    proc = launch(prepared_data_dir, DRY_RUN="1", OUTPUT_DIR=str(tmp_path / "out"), **no_network_env(log))
+    proc = run_script("run_gsm8k_grpo.sh", prepared_data_dir, DRY_RUN="1", OUTPUT_DIR=str(tmp_path / "out"),
+                      **no_network_env(log))
     assert proc.returncode == 0, proc.stderr
-    assert plan_line(proc.stdout, "tracing").startswith("weave")  # the profile traces
-    assert "[traces] Weave traces: https://wandb.ai/" in proc.stderr
+    assert "[traces] Weave traces: https://wandb.ai/" in proc.stderr  # the profile traces
     assert not log.exists(), log.read_text()
 
 

@@ -1,26 +1,23 @@
-"""scripts/run_gsm8k_grpo.sh as users run it: DRY_RUN for every profile, and every way a launch must refuse.
+"""The launcher's decisions, through its Python entry point (recipes/launch: knobs -> overrides, the preflight, the
+plan) for every profile and every way a launch must refuse; and the shell front (scripts/run_gsm8k_grpo.sh,
+submit_multinode.sh) end to end in a subprocess, a few times.
 
 A launch-mode call here must always fail its preflight (nothing may start): each sets up one problem."""
 
+import json
 import os
-import shlex
 import subprocess
 import sys
 
 import pytest
+from omegaconf import OmegaConf
 
 from recipes.constants import PROFILE_DIR, REPO_ROOT
 from recipes.launch import ray_job
-from testkit.launcher import (
-    launch,
-    load_script,
-    override_dict,
-    plan_line,
-    printed_command,
-    printed_overrides,
-    run_script,
-    written_config,
-)
+from recipes.launch.__main__ import main as launcher_main
+from recipes.launch.decision import SUBMIT, TRAIN, dry_run_lines, plan_launch
+from recipes.launch.knobs import KnobError, Knobs
+from testkit.launcher import clean_environ, load_script, override_dict, plan, run_script
 
 PROFILES = sorted(p.stem for p in PROFILE_DIR.glob("*.yaml"))
 DEFAULT_PROFILE = "8xh100"  # scripts/run_gsm8k_grpo.sh's PROFILE default: the conftest's default_dry_run
@@ -31,19 +28,19 @@ SUBMITTER_KNOBS = {"OUTPUT_DIR": "/shared/runs/x", "DRY_RUN": "1", "PUBLISH_EVAL
 
 @pytest.fixture(scope="module")
 def submitted(prepared_data_dir):
-    """A DRY_RUN of scripts/submit_multinode.sh with some launcher knobs set in the submitting shell."""
-    proc = run_script("submit_multinode.sh", prepared_data_dir, "trainer.total_epochs=1",
-                      RAY_ADDRESS="http://127.0.0.1:1", **SUBMITTER_KNOBS)
-    assert proc.returncode == 0, proc.stderr
-    return proc
+    """A DRY_RUN of scripts/submit_multinode.sh (SUBMIT=ray, PROFILE=multinode) with some launcher knobs set."""
+    planned = plan(prepared_data_dir, "trainer.total_epochs=1", SUBMIT="ray", PROFILE="multinode",
+                   RAY_ADDRESS="http://127.0.0.1:1", **SUBMITTER_KNOBS)
+    assert planned.preflight.ok, planned.err
+    return planned
 
 
 @pytest.fixture(scope="module")
 def multinode_dry_run(prepared_data_dir):
     """The same knobs and arguments, launched on this node with PROFILE=multinode."""
-    proc = launch(prepared_data_dir, "trainer.total_epochs=1", PROFILE="multinode", **SUBMITTER_KNOBS)
-    assert proc.returncode == 0, proc.stderr
-    return proc
+    planned = plan(prepared_data_dir, "trainer.total_epochs=1", PROFILE="multinode", **SUBMITTER_KNOBS)
+    assert planned.preflight.ok, planned.err
+    return planned
 
 
 def test_profiles_cover_what_users_need():
@@ -53,53 +50,88 @@ def test_profiles_cover_what_users_need():
 @pytest.mark.parametrize("profile", PROFILES)
 def test_every_profile_dry_runs(prepared_data_dir, default_dry_run, request, profile):
     if profile == DEFAULT_PROFILE:
-        proc = default_dry_run
+        planned = default_dry_run
     elif profile == "multinode":  # several nodes need shared outputs: that launch sets OUTPUT_DIR
-        proc = request.getfixturevalue("multinode_dry_run")
+        planned = request.getfixturevalue("multinode_dry_run")
     else:
-        proc = launch(prepared_data_dir, PROFILE=profile, DRY_RUN="1")
-    assert proc.returncode == 0, proc.stderr
-    assert "[preflight] ok" in proc.stderr
-    command = printed_command(proc.stdout)
+        planned = plan(prepared_data_dir, PROFILE=profile, DRY_RUN="1")
+    assert planned.preflight.ok, planned.err
+    assert "[preflight] ok" in planned.err
+    command = planned.launch.main_ppo_command()
     assert command[1:3] == ["-m", "verl.trainer.main_ppo"]
     assert "--config-name=gsm8k_multiturn_grpo" in command and f"profile={profile}" in command
     # every override names a key of verl 0.9.1's schema: none needs hydra's `+` to be accepted
     assert not [arg for arg in command if arg.startswith("+")]
-    # the console gets the plan; the composed config goes to the file the plan names
-    assert "adv_estimator: grpo" in written_config(proc.stdout) and "adv_estimator" not in proc.stdout
+    assert OmegaConf.select(planned.launch.config, "algorithm.adv_estimator") == "grpo"
+
+
+def test_the_shell_launcher_hands_its_knobs_to_the_entry_point_with_the_same_defaults(tmp_path):
+    """scripts/run_gsm8k_grpo.sh's `VAR=${VAR:-default}` lines and recipes.launch.knobs.Knobs agree: what the script
+    hands over with no knob set is what Knobs() resolves to (a PYTHON that records its environment stands in for
+    the interpreter, so nothing runs)."""
+    recorder = tmp_path / "python"
+    got_file = tmp_path / "got"
+    recorder.write_text(f"#!{sys.executable}\nimport json, os, sys\n"
+                        "json.dump({'argv': sys.argv[1:], 'env': dict(os.environ)}, "
+                        f"open({str(got_file)!r}, 'w'))\n")
+    recorder.chmod(0o755)
+    env = clean_environ(PYTHON=str(recorder), HOME=str(tmp_path))
+    proc = subprocess.run(["bash", str(REPO_ROOT / "scripts" / "run_gsm8k_grpo.sh"), "trainer.total_epochs=1"],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads((tmp_path / "got").read_text())
+    assert got["argv"] == ["-m", "recipes.launch", "trainer.total_epochs=1"]
+    handed = Knobs.from_environ(got["env"])
+    assert handed == Knobs(python=str(recorder), data_dir=f"{tmp_path}/data/gsm8k").resolved()
+    assert set(Knobs.names()) <= set(got["env"]), "a knob the entry point reads is not exported by the script"
+
+
+def test_the_shell_launcher_dry_runs_end_to_end(prepared_data_dir, tmp_path):
+    """The shell front in a subprocess: the plan, the composed config in the file DRY_RUN_CONFIG names, the main_ppo
+    command last, and the one line that says where the traces go."""
+    config = tmp_path / "dry" / "config.yaml"
+    proc = run_script("run_gsm8k_grpo.sh", prepared_data_dir, "trainer.total_epochs=1", DRY_RUN="1",
+                      DRY_RUN_CONFIG=str(config))
+    assert proc.returncode == 0, proc.stderr
+    assert "adv_estimator: grpo" in config.read_text() and "adv_estimator" not in proc.stdout
     assert len(proc.stdout.splitlines()) <= 16, proc.stdout
+    last = proc.stdout.splitlines()[-1]
+    assert " -m verl.trainer.main_ppo " in last and last.endswith("trainer.total_epochs=1")
+    assert sum(line.startswith("[traces] Weave traces: ") for line in proc.stderr.splitlines()) == 1, proc.stderr
 
 
 def test_default_launch_is_the_recipe(default_dry_run):
-    proc = default_dry_run
-    overrides = override_dict(printed_overrides(proc.stdout))
+    overrides = default_dry_run.overrides
     assert overrides["actor_rollout_ref.rollout.multi_turn.tool_config_path"] == \
         f"{REPO_ROOT}/config/tool_config/calculator.yaml"
     assert overrides["reward.custom_reward_function.path"] == f"{REPO_ROOT}/recipes/reward.py"
     assert overrides["trainer.default_local_dir"] == f"{REPO_ROOT}/outputs/gsm8k_calculator_8xh100/checkpoints"
     # the recipe's values come from its YAML, not from the launcher
     assert "actor_rollout_ref.rollout.n" not in overrides and "data.train_batch_size" not in overrides
-    config = written_config(proc.stdout)
-    for line in ("'n': 16", "train_batch_size: 256", "tensor_model_parallel_size: 1", "max_num_seqs: 512",
-                 "max_actor_ckpt_to_keep: 2", "max_samples_per_step_per_worker: 1", "num_workers: 16",
-                 "token2text: true"):
-        assert line in config
+    config = default_dry_run.launch.config
+    for key, value in (("actor_rollout_ref.rollout.n", 16), ("data.train_batch_size", 256),
+                       ("actor_rollout_ref.rollout.tensor_model_parallel_size", 1),
+                       ("actor_rollout_ref.rollout.max_num_seqs", 512), ("trainer.max_actor_ckpt_to_keep", 2),
+                       ("actor_rollout_ref.rollout.trace.max_samples_per_step_per_worker", 1),
+                       ("actor_rollout_ref.rollout.agent.num_workers", 16),
+                       ("actor_rollout_ref.rollout.trace.token2text", True)):
+        assert OmegaConf.select(config, key) == value, key
 
 
 def test_the_dry_run_plan_says_what_the_launch_would_do(default_dry_run, prepared_data_dir):
-    out = default_dry_run.stdout
-    assert "(profile 8xh100)" in out.splitlines()[0]
-    assert plan_line(out, "model") == "Qwen/Qwen2.5-3B-Instruct"
-    assert plan_line(out, "data") == \
+    planned = default_dry_run
+    assert "(profile 8xh100)" in dry_run_lines(planned.launch)[0]
+    assert planned.row("model") == "Qwen/Qwen2.5-3B-Instruct"
+    assert planned.row("data") == \
         f"train {prepared_data_dir}/train.parquet, validation {prepared_data_dir}/test.parquet"
     tool_file = f"{REPO_ROOT}/config/tool_config/calculator.yaml"
-    assert plan_line(out, "tools") == f"calculator ({tool_file}), at most 5 assistant turns"
-    assert plan_line(out, "hardware").startswith("1 node(s) x 8 GPU(s); rollout sglang, TP 1: 8 engine(s)")
-    assert plan_line(out, "batch").startswith("256 prompts x 16 samples = 4096 trajectories per step")
-    assert plan_line(out, "tracing").startswith("weave, 1 prompt(s) per agent-loop worker per step")
-    assert plan_line(out, "outputs").startswith(f"{REPO_ROOT}/outputs/gsm8k_calculator_8xh100 (checkpoints/")
+    assert planned.row("tools") == f"calculator ({tool_file}), at most 5 assistant turns"
+    assert planned.row("hardware").startswith("1 node(s) x 8 GPU(s); rollout sglang, TP 1: 8 engine(s)")
+    assert planned.row("batch").startswith("256 prompts x 16 samples = 4096 trajectories per step")
+    assert planned.row("tracing").startswith("weave, 1 prompt(s) per agent-loop worker per step")
+    assert planned.row("outputs").startswith(f"{REPO_ROOT}/outputs/gsm8k_calculator_8xh100 (checkpoints/")
     # why verl's deprecated trainer: said once, where verl's own warning would otherwise puzzle
-    assert plan_line(out, "trainer").startswith("legacy (trainer.use_v1=false), on purpose: verl 0.9.1's V1 trainer")
+    assert planned.row("trainer").startswith("legacy (trainer.use_v1=false), on purpose: verl 0.9.1's V1 trainer")
 
 
 def test_a_launch_says_why_it_uses_the_legacy_trainer(preflight_script, launcher_overrides, capsys):
@@ -110,27 +142,30 @@ def test_a_launch_says_why_it_uses_the_legacy_trainer(preflight_script, launcher
 
 
 def test_user_overrides_pass_through_and_stale_keys_warn(prepared_data_dir):
-    proc = launch(prepared_data_dir, "+trainer.rollout_trace.backend=weave", "trainer.total_epochs=1", DRY_RUN="1")
-    assert proc.returncode == 0, proc.stderr
-    assert "WARNING: '+trainer.rollout_trace.backend=weave'" in proc.stderr
-    assert "use actor_rollout_ref.rollout.trace.*" in proc.stderr
-    assert printed_command(proc.stdout)[-2:] == ["+trainer.rollout_trace.backend=weave", "trainer.total_epochs=1"]
+    planned = plan(prepared_data_dir, "+trainer.rollout_trace.backend=weave", "trainer.total_epochs=1", DRY_RUN="1")
+    assert planned.preflight.ok, planned.err
+    assert "WARNING: '+trainer.rollout_trace.backend=weave'" in planned.err
+    assert "use actor_rollout_ref.rollout.trace.*" in planned.err
+    assert planned.launch.main_ppo_command()[-2:] == ["+trainer.rollout_trace.backend=weave", "trainer.total_epochs=1"]
 
 
 def test_publishing_evaluations_while_training_runs_a_watcher_beside_main_ppo(prepared_data_dir, default_dry_run,
-                                                                             tmp_path):
+                                                                             tmp_path, monkeypatch, capsys):
     config = tmp_path / "dry" / "config.yaml"  # DRY_RUN_CONFIG: where the user wants the composed config
     # TP: a knob of a launcher before the first release; a shell that still sets it changes nothing
-    proc = launch(prepared_data_dir, DRY_RUN="1", PUBLISH_EVALS="1", OUTPUT_DIR="/runs/a", DRY_RUN_CONFIG=str(config),
-                  TP="2")
-    assert proc.returncode == 0, proc.stderr
-    assert "tensor_model_parallel_size" not in " ".join(printed_overrides(proc.stdout)) and "TP=2" not in proc.stderr
-    assert plan_line(proc.stdout, "config") == f"{config} (the full composed config)"
+    env = clean_environ(PYTHON=sys.executable, DATA_DIR=str(prepared_data_dir), DRY_RUN="1", PUBLISH_EVALS="1",
+                        OUTPUT_DIR="/runs/a", DRY_RUN_CONFIG=str(config), TP="2")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert launcher_main([], env) == 0  # the entry point's DRY_RUN: writes the composed config where asked
     assert "default_local_dir: /runs/a/checkpoints" in config.read_text()
-    watcher = next(line for line in proc.stdout.splitlines() if line.startswith("# and beside it:"))
-    assert "publish_evals.py --validation_dir /runs/a/validation" in watcher
-    assert "--watch --stop_when_pid_exits" in watcher
-    assert "# and beside it" not in default_dry_run.stdout  # off by default
+    capsys.readouterr()
+    planned = plan(prepared_data_dir, DRY_RUN="1", PUBLISH_EVALS="1", OUTPUT_DIR="/runs/a", TP="2")
+    assert "tensor_model_parallel_size" not in " ".join(planned.launch.overrides)
+    watcher = planned.launch.watcher_command(launcher_pid=4242)
+    assert watcher[1:4] == [f"{REPO_ROOT}/scripts/publish_evals.py", "--validation_dir", "/runs/a/validation"]
+    assert watcher[-3:] == ["--watch", "--stop_when_pid_exits", "4242"]
+    assert default_dry_run.launch.watcher_command() is None  # off by default
 
 
 def test_rollout_concurrency_below_a_step_is_warned(preflight_script, launcher_overrides, capsys):
@@ -141,25 +176,38 @@ def test_rollout_concurrency_below_a_step_is_warned(preflight_script, launcher_o
 
 
 @pytest.mark.parametrize(
+    "env, message",
+    [
+        ({"PROFILE": "16xh100"}, "unknown PROFILE=16xh100"),
+        ({"TRACE": "maybe"}, "TRACE must be on or off"),
+        ({"TOOL_SET": "calculater"},
+         "unknown TOOL_SET=calculater; choose one of: both calc_gsm8k_reward calculator none"),
+        ({"TRACE_RELAY": "maybe"}, "TRACE_RELAY must be auto, off or offline"),
+        ({"TRACE_RELAY": "offline"}, "TRACE_RELAY=offline needs WANDB_ENTITY"),
+        ({"SUBMIT": "slurm"}, "SUBMIT must be ray or empty"),
+    ],
+)
+def test_a_knob_the_launch_cannot_use_is_refused_in_one_line(prepared_data_dir, env, message):
+    with pytest.raises(KnobError, match=message):
+        plan(prepared_data_dir, DRY_RUN="1", **env)
+
+
+@pytest.mark.parametrize(
     "args, env, message",
     [
         ((), {"DATA_DIR": "/nonexistent/gsm8k"}, "data.train_files: /nonexistent/gsm8k/train.parquet not found"),
         ((), {"TOOL_SET": "calc_gsm8k_reward"}, "rows were prepared for tool set 'calculator'"),
         ((), {"PROFILE": "multinode"}, "is inside the repo or Ray's temp dir"),
         (("trainer.use_v1=True",), {}, "V1 trainer never traces agent loops"),
-        ((), {"PROFILE": "16xh100"}, "unknown PROFILE=16xh100"),
-        ((), {"TRACE": "maybe"}, "TRACE must be on or off"),
-        ((), {"TOOL_SET": "calculater"},
-         "unknown TOOL_SET=calculater; choose one of: both calc_gsm8k_reward calculator none"),
         ((), {"MODEL_PATH": "/nonexistent/models/Qwen2.5-3B-Instruct"},
          "actor_rollout_ref.model.path: /nonexistent/models/Qwen2.5-3B-Instruct does not exist; set MODEL_PATH"),
     ],
 )
 def test_dry_run_refuses_what_would_fail(prepared_data_dir, args, env, message):
-    proc = launch(prepared_data_dir, *args, DRY_RUN="1", **env)
-    assert proc.returncode != 0
-    assert message in proc.stderr, proc.stderr
-    assert "would run" not in proc.stdout
+    env = {"DATA_DIR": str(prepared_data_dir), **env}
+    planned = plan(env.pop("DATA_DIR"), *args, DRY_RUN="1", **env)
+    assert not planned.preflight.ok
+    assert message in planned.err, planned.err
 
 
 @pytest.fixture(scope="module")
@@ -184,8 +232,8 @@ def preflight_script():
     ],
 )
 def test_the_preflight_refuses_what_would_fail(preflight_script, launcher_overrides, capsys, override, message):
-    """The launcher's preflight, in this process (the launcher runs above stop on its refusals): a default
-    launch's overrides with a user's override after them, as the launcher passes them."""
+    """The launcher's preflight checks, through scripts/preflight.py: a default launch's overrides with a user's
+    override after them, as the launcher passes them."""
     assert preflight_script.main(["--", *launcher_overrides, override]) == 1
     err = capsys.readouterr().err
     assert message in err and "[preflight] ok" not in err, err
@@ -198,11 +246,20 @@ def test_the_preflight_refuses_what_would_fail(preflight_script, launcher_overri
         ({"PREFLIGHT_VISIBLE_GPUS": "8", "HOME": "/nonexistent"}, "need W&B credentials: export WANDB_API_KEY"),
     ],
 )
-def test_a_real_launch_stops_before_any_gpu_work(prepared_data_dir, env, message):
-    proc = launch(prepared_data_dir, **env)
-    assert proc.returncode == 1
-    assert message in proc.stderr and "nothing was started" in proc.stderr
-    assert "ray init" not in proc.stdout + proc.stderr  # main_ppo never ran
+def test_a_real_launch_stops_before_any_gpu_work(prepared_data_dir, monkeypatch, capsys, env, message):
+    """The entry point in training mode: its preflight refuses, and nothing is started (no relay, no main_ppo)."""
+    from recipes.launch import training
+
+    monkeypatch.setattr(training, "run_training", lambda launch: pytest.fail("the launch went on to train"))
+    environ = clean_environ(PYTHON=sys.executable, DATA_DIR=str(prepared_data_dir), **env)
+    for name in [k for k in list(os.environ) if k not in environ]:
+        monkeypatch.delenv(name)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    assert plan_launch(Knobs.from_environ(environ), [], environ).mode == TRAIN
+    assert launcher_main([], environ) == 1
+    err = capsys.readouterr().err
+    assert message in err and "nothing was started" in err
 
 
 def test_multinode_submission_needs_a_cluster_address(prepared_data_dir):
@@ -210,30 +267,62 @@ def test_multinode_submission_needs_a_cluster_address(prepared_data_dir):
     assert proc.returncode != 0 and "set RAY_ADDRESS to the Ray dashboard address" in proc.stderr
 
 
+def test_multinode_submission_dry_runs_end_to_end(prepared_data_dir):
+    proc = run_script("submit_multinode.sh", prepared_data_dir, "trainer.total_epochs=1",
+                      RAY_ADDRESS="http://127.0.0.1:1", **SUBMITTER_KNOBS)
+    assert proc.returncode == 0, proc.stderr
+    assert "submitted as a Ray job" in proc.stdout and f"`{ray_job.ENTRYPOINT}`" in proc.stdout
+
+
 def test_multinode_submission_resolves_the_same_knobs_with_repo_relative_paths(submitted, multinode_dry_run):
-    local = multinode_dry_run
-    assert "submitted as a Ray job" in submitted.stdout
-    relative = [o.replace(f"={REPO_ROOT}/", "=./") for o in printed_overrides(local.stdout)]
-    assert printed_overrides(submitted.stdout) == relative
+    assert submitted.launch.mode == "dry_run" and submitted.launch.cluster
+    relative = [o.replace(f"={REPO_ROOT}/", "=./") for o in multinode_dry_run.launch.overrides]
+    assert submitted.launch.overrides == relative
+    # every node of the cluster gets a relay, each spooling to its own disk
+    relay = submitted.launch.relay
+    assert relay.cluster and relay.spool == "/var/tmp/gsm8k_recipe_traces/exp1" and relay.run
 
 
-def test_the_ray_job_reruns_the_launcher_with_the_submitters_knobs(submitted):
-    """The job's entrypoint runs the launcher again on the cluster, in an environment without the submitting
-    shell's knobs: what the submitter chose (watcher on, experiment, output dir) must still hold."""
-    lines = submitted.stdout.splitlines()
-    submit_command = shlex.split(lines[lines.index("# which runs on the cluster:") - 1])
-    assert submit_command[1:3] == ["-m", "recipes.launch.ray_job"]
-    args = ray_job.build_parser().parse_args(submit_command[3:])
-    command = ray_job.entrypoint(args.overrides, ray_job.parse_knobs(args.knob))
+def test_the_ray_job_runs_the_launcher_with_what_the_submitter_resolved(submitted):
+    """The job's entrypoint is the launcher's entry point on the cluster, in an environment without the submitting
+    shell's knobs: what the submitter chose (watcher on, experiment, output dir, main_ppo's overrides) holds."""
+    launch = submitted.launch
+    knobs = {k: v for k, v in launch.knobs.as_environ().items() if k not in ("SUBMIT", "DRY_RUN", "DRY_RUN_CONFIG")}
+    payload = ray_job.job_payload(knobs, launch.overrides)
+    cluster_env = {"RAY_ADDRESS": "10.0.0.1:6379", ray_job.LAUNCH_ENV: payload}  # what the job's process gets
+    job = ray_job.read_job_payload(cluster_env)
+    on_cluster = plan_launch(Knobs(**{k.lower(): v for k, v in job["knobs"].items()}), [], cluster_env, job=job)
+    assert (on_cluster.mode, on_cluster.job, on_cluster.cluster) == (TRAIN, True, True)
+    assert on_cluster.overrides == launch.overrides
+    watcher = on_cluster.watcher_command()
+    assert watcher[watcher.index("--experiment") + 1] == "exp1"
+    assert watcher[watcher.index("--validation_dir") + 1] == "/shared/runs/x/validation"
+    assert watcher[watcher.index("--tool_set") + 1] == "calculator"
+    with pytest.raises(ValueError, match="secrets never"):
+        ray_job.job_payload({"WANDB_API_KEY": "k"}, [])
 
-    cluster_env = {"PATH": os.environ["PATH"], "HOME": os.environ["HOME"], "PYTHON": sys.executable, "DRY_RUN": "1"}
-    job = subprocess.run(["bash", "-c", command], cwd=REPO_ROOT, env=cluster_env, capture_output=True, text=True,
-                         timeout=180, stdin=subprocess.DEVNULL)
-    assert job.returncode == 0, job.stderr
-    assert printed_overrides(job.stdout) == printed_overrides(submitted.stdout)
-    watcher = next(line for line in job.stdout.splitlines() if line.startswith("# and beside it:"))
-    assert "--experiment exp1" in watcher and "--validation_dir /shared/runs/x/validation" in watcher
-    assert "--tool_set calculator" in watcher
+
+def test_a_job_without_what_the_submitter_resolved_says_so(capsys):
+    assert launcher_main(["--job"], {"RAY_ADDRESS": "10.0.0.1:6379"}) == 1
+    assert f"with {ray_job.LAUNCH_ENV} from the submitting launcher" in capsys.readouterr().err
+
+
+def test_a_launch_that_joins_a_running_cluster_drops_rays_sizes(prepared_data_dir):
+    """PROFILE=cpu_smoke sizes the Ray main_ppo starts itself (num_cpus, num_gpus); Ray refuses those settings from
+    a driver that joins a cluster, so on one they are dropped, and every node gets a relay."""
+    planned = plan(prepared_data_dir, PROFILE="cpu_smoke", VERL_PLATFORM="cpu", SUBMIT="ray", DRY_RUN="1",
+                   RAY_ADDRESS="http://127.0.0.1:1", OUTPUT_DIR="/shared/runs/cpu", TRACE="on")
+    assert planned.preflight.ok, planned.err
+    assert planned.launch.overrides[-2:] == ["ray_kwargs.ray_init.num_cpus=null", "ray_kwargs.ray_init.num_gpus=null"]
+    alone = plan(prepared_data_dir, PROFILE="cpu_smoke", VERL_PLATFORM="cpu", DRY_RUN="1", RAY_ADDRESS="local")
+    assert not alone.launch.cluster and not any("ray_init" in o for o in alone.launch.overrides)
+
+
+def test_submitting_needs_an_address(prepared_data_dir, capsys):
+    environ = clean_environ(PYTHON=sys.executable, DATA_DIR=str(prepared_data_dir), SUBMIT="ray")
+    assert plan_launch(Knobs.from_environ(environ), [], environ).mode == SUBMIT
+    assert launcher_main([], environ) == 1
+    assert "set RAY_ADDRESS" in capsys.readouterr().err
 
 
 def test_a_hub_model_id_and_an_existing_model_folder_pass(preflight_script, launcher_overrides, tmp_path, capsys):
@@ -245,17 +334,23 @@ def test_a_hub_model_id_and_an_existing_model_folder_pass(preflight_script, laun
 
 
 def test_the_plan_says_when_nothing_is_checkpointed():
-    from recipes.launch.plan import plan_lines
+    from recipes.launch.plan import plan_rows
     from recipes.preflight.compose import compose_config
 
-    schedule = next(line for line in plan_lines(compose_config(["profile=1gpu_smoke"])) if "schedule" in line)
-    assert schedule.split(None, 2)[2] == "2 steps; validation every 2 steps, no checkpoints (trainer.save_freq=-1)"
+    schedule = dict(plan_rows(compose_config(["profile=1gpu_smoke"])))["schedule"]
+    assert schedule == "2 steps; validation every 2 steps, no checkpoints (trainer.save_freq=-1)"
 
 
 def test_hydras_run_folder_goes_under_the_outputs_not_the_repo(default_dry_run, multinode_dry_run):
     """main_ppo's hydra writes its log and composed config to hydra.run.dir, by default ./outputs/<date>/<time>/
     in the repo root (the launcher's cwd), whatever OUTPUT_DIR says; tests/test_e2e_cpu.py sees where it lands."""
-    for proc, output_dir in ((default_dry_run, f"{REPO_ROOT}/outputs/gsm8k_calculator_8xh100"),
-                             (multinode_dry_run, "/shared/runs/x")):
-        run_dir = override_dict(printed_overrides(proc.stdout))["hydra.run.dir"]
+    for planned, output_dir in ((default_dry_run, f"{REPO_ROOT}/outputs/gsm8k_calculator_8xh100"),
+                                (multinode_dry_run, "/shared/runs/x")):
+        run_dir = override_dict(planned.launch.overrides)["hydra.run.dir"]
         assert run_dir == output_dir + "/hydra/${now:%Y-%m-%d_%H-%M-%S}"
+
+
+def test_print_output_dir_answers_without_a_preflight(capsys):
+    """scripts/eval_gsm8k.sh asks the launcher where a run's outputs go (PRINT_OUTPUT_DIR=1)."""
+    assert launcher_main([], {"PRINT_OUTPUT_DIR": "1", "EXPERIMENT_NAME": "e", "PROFILE": "no_such_profile"}) == 0
+    assert capsys.readouterr().out == f"{REPO_ROOT}/outputs/e\n"  # no preflight: the profile is not looked at

@@ -2,6 +2,7 @@
 
 import pytest
 
+from recipes.launch.knobs import compose_launch_config
 from recipes.preflight.compose import compose_config, validate_like_verl
 from recipes.preflight.stale_keys import stale_warnings
 
@@ -30,8 +31,7 @@ def test_reward_kwargs_reach_the_reward_function_as_verl_loads_it(repo_root):
     """verl's own loader reads reward.custom_reward_function (path, name, reward_kwargs) from our config."""
     from verl.trainer.ppo.reward import get_custom_reward_fn
 
-    config = compose_config([f"reward.custom_reward_function.path={repo_root}/recipes/reward.py",
-                             "reward.custom_reward_function.reward_kwargs.tool_call_bonus=0.1"])
+    config = compose_launch_config(overrides=["reward.custom_reward_function.reward_kwargs.tool_call_bonus=0.1"])
     validate_like_verl(config)
     reward_fn = get_custom_reward_fn(config)
     call = '<tool_call>{"name": "calculator", "arguments": {"expression": "1"}}</tool_call>'

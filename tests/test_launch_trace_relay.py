@@ -1,9 +1,11 @@
-"""scripts/run_gsm8k_grpo.sh with its trace relay: DRY_RUN shows the relay command, a launch starts the relay,
-hands its URL to main_ppo's processes, stops it after main_ppo (also on SIGTERM) and says what is left.
+"""The launcher with its trace relay: the plan names the relay (one node: this node's; a Ray cluster: one on every
+node), a launch starts it, hands its URL to main_ppo's processes, stops it after main_ppo (also on SIGTERM) and says
+what is left.
 
-Real launcher, real relay, W&B as the loopback stand-in. What cannot run here is replaced by a `PYTHON` shim:
-main_ppo (GPU training) by a process that traces as an agent-loop worker does, and the preflight's GPU/driver
-checks are skipped (its config checks still run)."""
+Real launcher (scripts/run_gsm8k_grpo.sh -> python -m recipes.launch), real relay, W&B as the loopback stand-in.
+What cannot run here is replaced by a `PYTHON` shim: main_ppo (training) by a process that traces as an agent-loop
+worker does. The launch runs on the CPU platform (VERL_PLATFORM=cpu, PROFILE=cpu_smoke), so the preflight has no
+GPU to check; all its other checks run."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ import pytest
 
 from recipes.constants import REPO_ROOT
 from recipes.standins.weave_http_server import API_KEY, loopback_wandb
-from testkit.launcher import launch
+from testkit.launcher import clean_environ, plan
 
 pytestmark = pytest.mark.timeout(400)
 CALLS = 20
@@ -56,41 +58,44 @@ def python_shim(tmp_path: Path) -> Path:
     shim = tmp_path / "python"
     shim.write_text(f"""#!/usr/bin/env bash
 if [ "$1 $2" = "-m verl.trainer.main_ppo" ]; then exec {shlex.quote(sys.executable)} {shlex.quote(str(stand_in))}; fi
-args=(); for a in "$@"; do [ "$a" = --launch ] || args+=("$a"); done  # no GPU here to check
-exec {shlex.quote(sys.executable)} "${{args[@]}}"
+exec {shlex.quote(sys.executable)} "$@"
 """)
     shim.chmod(0o755)
     return shim
 
 
 def launch_env(tmp_path: Path, **env: str) -> dict[str, str]:
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB", "WF_", "WEAVE", "TRACE"))}
-    return {**base, "PYTHON": str(python_shim(tmp_path)), "PROFILE": "1gpu_smoke", "TRACE": "on",
-            "OUTPUT_DIR": str(tmp_path / "run"), "STAND_IN_CALLS": str(CALLS), "WANDB_ERROR_REPORTING": "false",
-            "STAND_IN_PID_FILE": str(tmp_path / "main_ppo.pid"), "WEAVE_PRINT_CALL_LINK": "false", **env}
+    base = {k: v for k, v in clean_environ().items() if not k.startswith(("WANDB", "WF_", "WEAVE"))}
+    return {**base, "PYTHON": str(python_shim(tmp_path)), "PROFILE": "cpu_smoke", "VERL_PLATFORM": "cpu",
+            "TRACE": "on", "OUTPUT_DIR": str(tmp_path / "run"), "STAND_IN_CALLS": str(CALLS),
+            "WANDB_ERROR_REPORTING": "false", "STAND_IN_PID_FILE": str(tmp_path / "main_ppo.pid"),
+            "WEAVE_PRINT_CALL_LINK": "false", **env}
 
 
-def test_dry_run_prints_the_relay_it_would_start(prepared_data_dir, default_dry_run):
-    relay = next(line for line in default_dry_run.stdout.splitlines() if line.startswith("# traces through the relay:"))
+def test_the_plan_names_the_relays_it_would_start(prepared_data_dir, default_dry_run):
+    relay = default_dry_run.launch.relay
     run_dir = f"{REPO_ROOT}/outputs/gsm8k_calculator_8xh100"  # the default OUTPUT_DIR
-    assert f"-m recipes.trace_relay serve --spool {run_dir}/trace_spool --url-file {run_dir}/trace_relay.url" in relay
-    assert "--offline" not in relay
-    offline = launch(prepared_data_dir, DRY_RUN="1", OUTPUT_DIR="/runs/a", TRACE_RELAY="offline", WANDB_ENTITY="me")
-    assert ("serve --spool /runs/a/trace_spool --url-file /runs/a/trace_relay.url --offline --entity me"
-            in offline.stdout), offline.stderr
+    assert (relay.cluster, relay.spool, relay.log, relay.offline) == (False, f"{run_dir}/trace_spool",
+                                                                     f"{run_dir}/trace_relay.log", False)
+    assert f"-m recipes.trace_relay serve --spool {run_dir}/trace_spool " in relay.describe()
+    offline = plan(prepared_data_dir, DRY_RUN="1", OUTPUT_DIR="/runs/a", TRACE_RELAY="offline", WANDB_ENTITY="me",
+                   TRACE_SPOOL="/data/spool").launch.relay
+    assert (offline.spool, offline.offline, offline.entity) == ("/data/spool", True, "me")
+    assert "--offline --entity me" in offline.describe()
     for env in ({"TRACE_RELAY": "off"}, {"TRACE": "off"}):  # no relay when asked for none, or nothing traces
-        proc = launch(prepared_data_dir, DRY_RUN="1", **env)
-        assert proc.returncode == 0 and "# traces through the relay" not in proc.stdout, proc.stderr
+        planned = plan(prepared_data_dir, DRY_RUN="1", **env)
+        assert planned.preflight.ok and planned.launch.relay is None, planned.err
 
 
-@pytest.mark.parametrize("env, message", [
-    ({"TRACE_RELAY": "maybe"}, "TRACE_RELAY must be auto, off or offline"),
-    ({"TRACE_RELAY": "offline"}, "TRACE_RELAY=offline needs WANDB_ENTITY"),
-    ({"TRACE_RELAY": "offline", "WANDB_ENTITY": "me", "SUBMIT": "ray"}, "TRACE_RELAY=offline runs on one node only"),
-])
-def test_dry_run_refuses_a_relay_that_cannot_work(prepared_data_dir, env, message):
-    proc = launch(prepared_data_dir, DRY_RUN="1", **env)
-    assert proc.returncode != 0 and message in proc.stderr, proc.stderr
+def test_an_air_gapped_cluster_keeps_traces_on_every_node(prepared_data_dir):
+    """TRACE_RELAY=offline on many nodes: a relay per node, each keeping its node's traces for upload_traces.py."""
+    planned = plan(prepared_data_dir, DRY_RUN="1", PROFILE="multinode", SUBMIT="ray", RAY_ADDRESS="http://h:8265",
+                   OUTPUT_DIR="/shared/runs/b", TRACE_RELAY="offline", WANDB_ENTITY="me")
+    assert planned.preflight.ok, planned.err
+    relay = planned.launch.relay
+    spool = "/var/tmp/gsm8k_recipe_traces/gsm8k_calculator_multinode"
+    assert (relay.cluster, relay.offline, relay.spool) == (True, True, spool)
+    assert f"--spool {spool}/<node>" in relay.describe()
 
 
 @pytest.mark.parametrize("ctrl_c", [False, True], ids=["sigterm", "ctrl_c"])
@@ -129,7 +134,7 @@ def test_stopping_training_stops_main_ppo_then_the_relay_sends_everything(prepar
     pid = int((tmp_path / "main_ppo.pid").read_text())
     assert not Path(f"/proc/{pid}").exists()  # the launcher passed the signal on to training
     assert "[launch] Weave traces go through the trace relay http://127.0.0.1:" in stderr
-    stopped = next(line for line in stderr.splitlines() if line.startswith("trace relay stopped:"))
+    stopped = next(line for line in stderr.splitlines() if line.startswith("[traces] trace relay on "))
     assert stopped.endswith(", 0 pending"), stopped
     assert "upload_traces.py" not in stderr
 
@@ -140,8 +145,8 @@ def test_air_gapped_launch_keeps_traces_and_prints_the_upload_command(prepared_d
                           text=True, timeout=300, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stderr  # no W&B key needed, nothing reached W&B, training succeeded
     spool = tmp_path / "run" / "trace_spool"
-    stopped = next(line for line in proc.stderr.splitlines() if line.startswith("trace relay stopped:"))
-    assert stopped.startswith("trace relay stopped: 0 trace records sent to W&B, "), stopped
+    stopped = next(line for line in proc.stderr.splitlines() if line.startswith("[traces] trace relay on "))
+    assert ": 0 trace records sent to W&B, " in stopped, stopped
     command = shlex.split(stopped.split("`")[1])  # the command the summary tells the user to run
     assert command[1:] == ["scripts/upload_traces.py", "--spool", str(spool)]
     with loopback_wandb() as wandb:  # later, on a machine that reaches W&B, the printed command

@@ -1,12 +1,11 @@
-"""Multi-node submission against a real Ray cluster on this machine: `ray start --head` on 127.0.0.1 (its own
-temp dir, so no other Ray user on the machine can attach to it), the job submitted by recipes/launch/ray_job.py
+"""Multi-node submission against a real Ray cluster on this machine: two nodes on 127.0.0.1 (`ray start --head` and
+`ray start --address`, each its own temp dir and ports), the job submitted by recipes/launch/ray_job.py
 with the recipe's runtime env. The job's driver calls ray.init with verl's own PPO runtime env, as main_ppo does,
 then a task and an actor, worker processes as on any other node, report what they see."""
 
 import json
 import os
 import shlex
-import socket
 import subprocess
 import sys
 import tempfile
@@ -39,35 +38,11 @@ print("PROBE " + json.dumps({"task": ray.get(task.remote()), "actor": ray.get(Ac
 """
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
-def ray_head():
-    import psutil
-
-    temp_dir = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # short: Ray's socket paths live under it
-    dashboard = free_port()
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    subprocess.run([RAY, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={free_port()}",
-                    "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}", "--num-cpus=2", "--num-gpus=0",
-                    # its job agent's port is a fixed 52365 otherwise: taken by any other Ray on this machine (the
-                    # end-to-end run's, beside this test), the agent serves no jobs ("No available agent")
-                    f"--dashboard-agent-listen-port={free_port()}",
-                    f"--temp-dir={temp_dir}", "--disable-usage-stats", "--include-dashboard=true"],
-                   env=env, check=True, capture_output=True, timeout=180)
-    yield f"http://127.0.0.1:{dashboard}"
-    # stop this cluster only (`ray stop` would stop every Ray on the machine)
-    ours = [p for p in psutil.process_iter(["cmdline"]) if temp_dir in " ".join(p.info["cmdline"] or [])]
-    for proc in ours:
-        proc.terminate()
-    _, alive = psutil.wait_procs(ours, timeout=5)
-    for proc in alive:  # some of Ray's processes outlive SIGTERM for 30 s and more
-        proc.kill()
-    psutil.wait_procs(alive, timeout=10)
+def ray_head(ray_cluster):
+    """The dashboard of the two-node cluster on this machine (tests/conftest.py: its own temp dirs and ports, so no
+    other Ray user of the machine can attach to it)."""
+    return ray_cluster["dashboard"]
 
 
 def wait_for(client, job_id: str, timeout: float = 180):
@@ -88,7 +63,7 @@ def submit_probe(address: str, environ: dict) -> tuple[dict, str, str]:
 
     client = ray_job.connect(address)
     before = set(Path(tempfile.gettempdir()).glob("gsm8k-recipe-job-*"))
-    job_id = ray_job.submit(client, [], environ, command=f"{shlex.quote(sys.executable)} -c {shlex.quote(PROBE)}")
+    job_id = ray_job.submit(client, None, environ, command=f"{shlex.quote(sys.executable)} -c {shlex.quote(PROBE)}")
     assert set(Path(tempfile.gettempdir()).glob("gsm8k-recipe-job-*")) == before  # the local secrets copy is gone
     status = wait_for(client, job_id)
     logs = client.get_job_logs(job_id)
@@ -122,20 +97,18 @@ def test_a_key_from_wandb_login_reaches_the_workers_too(ray_head, tmp_path):
     assert seen["actor"]["key"] == SECRET
 
 
-def test_the_real_entrypoint_reruns_the_launcher_with_resolved_overrides_and_no_secret():
+def test_the_real_entrypoint_is_the_launcher_with_what_was_resolved_and_no_secret():
     overrides = ["profile=multinode", "data.train_files=/data/gsm8k/train.parquet", "trainer.logger=[console,wandb]"]
-    command = ray_job.entrypoint(overrides)
-    assert command.startswith("RECIPE_RESOLVED=1 bash scripts/run_gsm8k_grpo.sh ")
-    assert shlex.split(command)[3:] == overrides
+    payload = ray_job.job_payload({"EXPERIMENT_NAME": "a b", "PUBLISH_EVALS": "1"}, overrides)
     env = ray_job.build_runtime_env({"WANDB_API_KEY": SECRET, "WANDB_ENTITY": "e", "HOME": "/nonexistent"}, None)
     assert SECRET not in json.dumps(env) and env["env_vars"]["WANDB_ENTITY"] == "e"
     assert env["working_dir"] == str(REPO_ROOT) and ".venv" in env["excludes"]
-    with_knobs = ray_job.entrypoint(overrides, ray_job.parse_knobs(["EXPERIMENT_NAME=a b", "PUBLISH_EVALS=1"]))
-    assert shlex.split(with_knobs)[:5] == ["RECIPE_RESOLVED=1", "EXPERIMENT_NAME=a b", "PUBLISH_EVALS=1", "bash",
-                                           "scripts/run_gsm8k_grpo.sh"]
-    for secret in ("WANDB_API_KEY=" + SECRET, "HF_TOKEN=x", "not-a-name=1"):
+    job = ray_job.read_job_payload({ray_job.LAUNCH_ENV: payload})
+    assert job == {"knobs": {"EXPERIMENT_NAME": "a b", "PUBLISH_EVALS": "1"}, "overrides": overrides}
+    assert ray_job.ENTRYPOINT == "python3 -m recipes.launch --job"  # no shell script runs again on the cluster
+    for secret in ({"WANDB_API_KEY": SECRET}, {"HF_TOKEN": "x"}, {"WANDB_ENTITY": "e"}):
         with pytest.raises(ValueError):
-            ray_job.parse_knobs([secret])
+            ray_job.job_payload(secret, overrides)
 
 
 class HeadStartingUp:
@@ -155,7 +128,7 @@ class HeadStartingUp:
 def test_a_head_that_just_started_gets_the_job_once_its_agent_is_up(monkeypatch, capsys):
     monkeypatch.setattr(ray_job.time, "sleep", lambda s: None)
     head = HeadStartingUp(refusals=3)
-    assert ray_job.submit(head, [], {"HOME": "/nonexistent"}, submission_id="job-1") == "job-1"
+    assert ray_job.submit(head, None, {"HOME": "/nonexistent"}, submission_id="job-1") == "job-1"
     assert head.calls == 4 and capsys.readouterr().err.count("job agent is not up yet") == 1
 
 
@@ -163,7 +136,7 @@ def test_other_submission_errors_and_an_agent_that_never_comes_are_not_retried_f
     monkeypatch.setattr(ray_job.time, "sleep", lambda s: None)
     refused = HeadStartingUp(refusals=1, error="runtime_env is invalid")
     with pytest.raises(RuntimeError, match="runtime_env is invalid"):
-        ray_job.submit(refused, [], {"HOME": "/nonexistent"}, submission_id="job-2")
+        ray_job.submit(refused, None, {"HOME": "/nonexistent"}, submission_id="job-2")
     assert refused.calls == 1
     never = HeadStartingUp(refusals=10**6)
     with pytest.raises(RuntimeError, match=ray_job.NO_AGENT_YET):

@@ -54,11 +54,14 @@ def test_worker_tracing_prints_no_call_links(fresh_trace_config, monkeypatch, ca
     assert links == [], f"{len(links)} per-call links printed, e.g. {links[:1]}"
 
 
-def test_the_dry_run_says_once_where_the_traces_are(default_dry_run):
-    lines = [line for line in default_dry_run.stderr.splitlines() if "/gsm8k_tool_grpo/weave" in line]
-    assert len(lines) == 1, default_dry_run.stderr
-    assert lines[0].startswith("[traces] Weave traces: ") and "experiment_name=gsm8k_calculator_8xh100" in lines[0]
-    assert "trace relay" in lines[0]  # TRACE_RELAY=auto, the default
+def test_the_launch_says_where_the_traces_are(default_dry_run):
+    """The one line the launcher prints (stderr, `[traces] ...`; tests/test_dry_run_network.py sees it printed once)."""
+    from recipes.launch.decision import traces_line
+
+    line = traces_line(default_dry_run.launch)
+    assert line.startswith("Weave traces: ") and "/gsm8k_tool_grpo/weave" in line
+    assert "experiment_name=gsm8k_calculator_8xh100" in line
+    assert "this node's trace relay" in line  # TRACE_RELAY=auto, the default
 
 
 @pytest.mark.parametrize(("base_url", "expected"), [

@@ -64,17 +64,11 @@ def run(repo_root, tmp_path_factory):
     from verl.protocol import DataProto
     from verl.utils.import_utils import load_class_from_fqn
 
-    from recipes.preflight.compose import compose_config
-
     model_dir = build_tiny_qwen2_model_dir(default_cache_dir() / "tiny-qwen2")
-    config = compose_config([
-        f"actor_rollout_ref.model.path={model_dir}",
-        f"actor_rollout_ref.rollout.multi_turn.tool_config_path={get_tool_set('calculator').config_path}",
-        f"actor_rollout_ref.rollout.agent.agent_loop_config_path={repo_root}/config/agent_loop.yaml",
-        f"reward.custom_reward_function.path={repo_root}/recipes/reward.py",
+    config = harness.compose_trainer_config("calculator", (
         f"trainer.project_name={PROJECT}",
         "actor_rollout_ref.rollout.trace.max_samples_per_step_per_worker=null",  # trace every sample
-    ])
+    ), model_path=str(model_dir))
     scripts = {q: turns for q, _, turns in QUESTIONS}
     llm = ScriptedServer(ScriptedLLM(load_qwen25_tokenizer(),
                                      lambda prompt: next(t for q, t in scripts.items() if q in prompt)))

@@ -130,6 +130,8 @@ def test_a_worker_that_does_not_reach_the_relay_traces_straight_to_wandb(tmp_pat
 
     for name in ("WF_TRACE_SERVER_URL", "WANDB_API_KEY", "WEAVE_USE_SERVER_CACHE", "WANDB_ERROR_REPORTING"):
         monkeypatch.setenv(name, "unchanged")  # use_trace_relay sets these: restored after the test
+    monkeypatch.setenv("WEAVE_RETRY_MAX_ATTEMPTS", "recorded")  # set too, when unset: as it was after the test
+    monkeypatch.delenv("WEAVE_RETRY_MAX_ATTEMPTS")
     monkeypatch.setattr(init_message, "_print_version_check", init_message._print_version_check)
     monkeypatch.setattr(init_message, "print_init_message", init_message.print_init_message)
     monkeypatch.setenv("WANDB_BASE_URL", "https://wandb.example")
@@ -138,7 +140,7 @@ def test_a_worker_that_does_not_reach_the_relay_traces_straight_to_wandb(tmp_pat
             monkeypatch.setenv(TRACE_RELAY_ENV, url)
             assert use_trace_relay() is None
             assert os.environ["WANDB_BASE_URL"] == "https://wandb.example"
-            assert f"Trace relay {url} ({TRACE_RELAY_ENV}) does not answer from this process's node" in caplog.text
+            assert f"Trace relay {url} does not answer from this process's node" in caplog.text
     relay = TraceRelay(tmp_path / "spool", None, entity="loopback-entity").start()
     try:
         monkeypatch.setenv(TRACE_RELAY_ENV, relay.url)

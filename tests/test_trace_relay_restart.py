@@ -1,9 +1,11 @@
-"""A relay that dies mid-run loses no trace: it is started again on the same address, which stays open meanwhile.
+"""A relay that dies, or stops answering, mid-run loses no trace: it is replaced on the same address, which stays
+open meanwhile (recipes/trace_relay/keeper.py).
 
 Real processes: two weave clients trace steps of calls through the relay and flush after each (as the
 agent-loop workers do). W&B (the stand-in, recipes.standins.weave_http_server) goes down, so the relay holds a step it
-acknowledged but could not forward; then the relay is killed with SIGKILL and stays down longer than weave's
-retry window while the clients go on tracing. Every call must reach W&B once it is back, exactly once."""
+acknowledged but could not forward; then the relay is killed with SIGKILL, or stopped with SIGSTOP (a hang: the
+keeper must notice it answers nothing and replace it), and no relay answers for longer than weave's retry window
+while the clients go on tracing. Every call must reach W&B once it is back, exactly once."""
 
 from __future__ import annotations
 
@@ -27,7 +29,8 @@ pytestmark = pytest.mark.timeout(120)
 
 CLIENTS, STEPS, CALLS_PER_STEP = 2, 6, 20
 FORWARDED_STEPS, KILL_AFTER_STEP = 2, 3  # W&B goes down after step 2; the relay dies after step 3
-RESTART_DELAY_S = 2.0  # the supervisor's first restart delay: alone longer than the window below
+RESTART_DELAY_S = 2.0  # the keeper's first restart delay: alone longer than the window below
+HANG_AFTER_S = 3.0  # the keeper's bound on a relay that answers nothing (15 s by default)
 
 # pauses after the steps named in argv[5] until the test writes `<progress>.go<step>`: nothing is in flight then
 CLIENT = """
@@ -67,7 +70,8 @@ def wait_for(predicate, what: str, clients, timeout_s: float = 60.0) -> None:
         time.sleep(0.05)
 
 
-def test_a_relay_killed_mid_run_is_restarted_on_its_address_and_loses_nothing(repo_root, tmp_path):
+@pytest.mark.parametrize("fault", [signal.SIGKILL, signal.SIGSTOP], ids=["killed", "stopped"])
+def test_a_relay_that_dies_or_hangs_mid_run_is_replaced_on_its_address_and_loses_nothing(repo_root, tmp_path, fault):
     window = weave_retry_window_s()
     progress = [tmp_path / f"client{n}.progress" for n in range(CLIENTS)]
 
@@ -80,7 +84,7 @@ def test_a_relay_killed_mid_run_is_restarted_on_its_address_and_loses_nothing(re
 
     with loopback_wandb() as wandb:
         relay = RelayProcess(tmp_path / "spool", "--max-retry-interval", "1", "--restart-delay", str(RESTART_DELAY_S),
-                             WANDB_BASE_URL=wandb.url, WANDB_API_KEY=API_KEY)
+                             "--hang-after", str(HANG_AFTER_S), WANDB_BASE_URL=wandb.url, WANDB_API_KEY=API_KEY)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB", "WF_", "WEAVE"))}
         env.update({TRACE_RELAY_ENV: relay.url, "WANDB_ENTITY": wandb.entity, "PYTHONPATH": str(repo_root),
                     "WEAVE_PRINT_CALL_LINK": "false", "WANDB_ERROR_REPORTING": "false",
@@ -98,7 +102,7 @@ def test_a_relay_killed_mid_run_is_restarted_on_its_address_and_loses_nothing(re
             wait_for(lambda: all_at(KILL_AFTER_STEP), "the step made while W&B is down", clients)
             held = Spool(relay.spool).pending_count  # acknowledged by the relay, not yet on W&B
             killed = relay.serving_pid
-            os.kill(killed, signal.SIGKILL)
+            os.kill(killed, fault)
             killed_at = time.monotonic()
             go(KILL_AFTER_STEP)  # the clients trace on while no relay runs
             wandb.start()
@@ -116,7 +120,8 @@ def test_a_relay_killed_mid_run_is_restarted_on_its_address_and_loses_nothing(re
                 if c.poll() is None:
                     c.kill()
             summary = relay.stop()
-    print(f"relay killed after step {KILL_AFTER_STEP} of {STEPS} holding {held} records W&B did not have, down "
+    print(f"relay {'killed' if fault == signal.SIGKILL else 'stopped'} after step {KILL_AFTER_STEP} of {STEPS} "
+          f"holding {held} records W&B did not have, down "
           f"{downtime or 0:.1f} s (weave's retry window here {window:.1f} s): {made} calls made, {len(received)} "
           f"received, {sum(wandb.app.call_starts_received.values()) - len(received)} duplicates")
     assert len(received) == made, f"{made - len(received)} of {made} calls lost\n{summary}\n{outputs[0][-1500:]}"
@@ -125,7 +130,10 @@ def test_a_relay_killed_mid_run_is_restarted_on_its_address_and_loses_nothing(re
     assert set(wandb.app.call_starts_received.values()) == {1}  # exactly once
     assert relay.serving_pid != killed
     restart = next(line for line in summary.splitlines() if "trace relay supervisor:" in line)
-    assert f"the relay (pid {killed}) was killed by SIGKILL" in restart and f"restarting it on {relay.url}" in restart
+    why = ("was killed by SIGKILL" if fault == signal.SIGKILL
+           else f"answered no health check for {HANG_AFTER_S:.0f} s (stopped): killed")
+    assert f"the relay (pid {killed}) {why}" in restart and f"restarting it on {relay.url}" in restart
+    assert not Path(f"/proc/{killed}").exists()  # a stopped relay does not linger
     assert relay.process.returncode == 0 and summary.splitlines()[-1].endswith(", 0 pending"), summary
 
 
@@ -151,7 +159,7 @@ def fake_relay(tmp_path, monkeypatch):
 ])
 def test_a_relay_that_keeps_dying_is_given_up_after_max_restarts(fake_relay, monkeypatch, exit_status,
                                                                  starts_expected, status_expected):
-    from recipes.trace_relay.supervisor import supervise
+    from recipes.trace_relay.keeper import supervise
 
     monkeypatch.setenv("FAKE_RELAY_EXIT", str(exit_status))
     started = time.monotonic()

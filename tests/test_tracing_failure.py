@@ -18,13 +18,11 @@ from types import SimpleNamespace
 logging.basicConfig(level=logging.WARNING, format="%(message)s")
 from verl.utils.import_utils import load_class_from_fqn
 from verl.utils.rollout_trace import RolloutTraceConfig, rollout_trace_op
-from recipes.preflight.compose import compose_config
+from recipes.agent_loop_inprocess import compose_trainer_config
 
-# the recipe config with no tools (TOOL_SET=none), and the worker class the trainer starts from it
-model_dir, agent_loops = sys.argv[1:3]
-config = compose_config([f"actor_rollout_ref.model.path={model_dir}", "trainer.project_name=gsm8k-recipe-test",
-                         "actor_rollout_ref.rollout.multi_turn.tool_config_path=null",
-                         f"actor_rollout_ref.rollout.agent.agent_loop_config_path={agent_loops}"])
+# the recipe config as a launch with TOOL_SET=none composes it, and the worker class the trainer starts from it
+model_dir = sys.argv[1]
+config = compose_trainer_config("none", ("trainer.project_name=gsm8k-recipe-test",), model_path=model_dir)
 manager_class = load_class_from_fqn(config.actor_rollout_ref.rollout.agent.agent_loop_manager_class)
 worker_class = manager_class.agent_loop_workers_class.__ray_actor_class__  # what Ray would run, here in-process
 worker_class(config, SimpleNamespace(), None, None)  # verl's __init__ calls RolloutTraceConfig.init
@@ -47,7 +45,7 @@ def run_worker(repo_root, tmp_path, **env):
     full_env.update({"HOME": str(tmp_path), "WANDB_ERROR_REPORTING": "false", "PYTHONPATH": str(repo_root),
                      "GSM8K_RECIPE_TRACE_INIT_TIMEOUT": "60", "WEAVE_USE_SERVER_CACHE": "false", **env})
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", WORKER, str(model_dir), str(repo_root / "config" / "agent_loop.yaml")],
+    proc = subprocess.run([sys.executable, "-c", WORKER, str(model_dir)],
                           env=full_env, capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL,
                           cwd=tmp_path)
     return proc, time.perf_counter() - start

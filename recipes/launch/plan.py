@@ -1,5 +1,5 @@
 """What a launch would do, in a dozen lines read from the composed config: the launcher's DRY_RUN prints these
-(scripts/preflight.py --print-plan) and writes the full config to a file instead of the console."""
+(as scripts/preflight.py --print-plan does) and writes the full config to a file instead of the console."""
 
 from __future__ import annotations
 
@@ -94,7 +94,8 @@ def _outputs(config: DictConfig) -> str:
     return "; ".join(f"{key} {value}" for key, value in dirs.items())
 
 
-def plan_lines(config: DictConfig, config_file: str | None = None) -> list[str]:
+def plan_rows(config: DictConfig, config_file: str | None = None) -> list[tuple[str, str]]:
+    """(what, value) rows: model, data, tools, hardware, batch, schedule, tracing, outputs, trainer, config."""
     rows = [("model", _model(config)),
             ("data", f"train {_get(config, 'data.train_files')}, validation {_get(config, 'data.val_files')}"),
             ("tools", _tools(config)), ("hardware", _hardware(config)), ("batch", _batch(config)),
@@ -103,7 +104,11 @@ def plan_lines(config: DictConfig, config_file: str | None = None) -> list[str]:
         rows.append(("trainer", LEGACY_TRAINER_NOTE))
     if config_file:
         rows.append(("config", f"{config_file} (the full composed config)"))
-    return [f"#   {key:<10}{value}" for key, value in rows]
+    return rows
+
+
+def plan_lines(config: DictConfig, config_file: str | None = None) -> list[str]:
+    return [f"#   {key:<10}{value}" for key, value in plan_rows(config, config_file)]
 
 
 def write_config(config: DictConfig, path: str) -> None:

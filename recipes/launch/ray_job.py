@@ -1,7 +1,5 @@
 """Submit a training run to a Ray cluster as a job (scripts/submit_multinode.sh -> the launcher with SUBMIT=ray).
 
-    python -m recipes.launch.ray_job -- <the hydra overrides the launcher resolved>
-
 What crosses to other nodes, and how:
 - the code: Ray uploads the repo as every worker's working directory (config/ray_runtime_env.yaml). Ray skips
   what .gitignore names, so nothing secret may live there;
@@ -11,20 +9,16 @@ What crosses to other nodes, and how:
 - secrets (WANDB_API_KEY, also from ~/.netrc after `wandb login`; HF_TOKEN): written to a one-file Python
   package in a private temp dir, uploaded with the job as a `py_module` and loaded into each worker's
   environment by Ray's `worker_process_setup_hook`. The local copy is deleted once Ray has it;
-- the entrypoint runs the launcher again from Ray's copy of the repo, with every knob already resolved into
-  hydra overrides, and the launcher-side knobs that are not hydra settings (experiment name, output dir,
-  PUBLISH_EVALS, ...: the launcher's JOB_KNOBS) set in front of it as the submitting shell resolved them: its
-  string holds no secret and no setting is looked up twice.
+- the launch itself: the entrypoint is the launcher again (ENTRYPOINT, `python3 -m recipes.launch --job`), in
+  Ray's copy of the repo, and what the submitting launcher resolved (its knobs, main_ppo's overrides: no secret)
+  travels in the runtime env as LAUNCH_ENV, so nothing is looked up twice and no shell runs it again.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import itertools
 import json
-import os
-import shlex
 import shutil
 import sys
 import tempfile
@@ -41,7 +35,8 @@ SECRETS_MODULE = "gsm8k_recipe_job_secrets"
 # Settings that workers on other nodes need, by prefix; the ones named in SECRET_NAMES never go in env_vars.
 FORWARDED_PREFIXES = ("WANDB_", "WEAVE_", "WF_", "HF_")
 SECRET_NAMES = frozenset({"WANDB_API_KEY", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"})
-LAUNCHER = "bash scripts/run_gsm8k_grpo.sh"  # from Ray's copy of the repo, its working dir
+ENTRYPOINT = "python3 -m recipes.launch --job"  # from Ray's copy of the repo, its working dir
+LAUNCH_ENV = "GSM8K_RECIPE_LAUNCH"  # JSON: the submitting launcher's knobs and main_ppo's overrides
 NO_AGENT_YET = "No available agent to submit job"  # ray/dashboard/modules/job/job_head.py, a head just started
 AGENT_WAIT_S = 120
 
@@ -86,35 +81,47 @@ def build_runtime_env(environ: dict[str, str], secrets_package: Path | None) -> 
     return runtime_env
 
 
-def parse_knobs(pairs: list[str]) -> dict[str, str]:
-    """NAME=VALUE pairs of launcher knobs; a secret's name is refused (the entrypoint is shown to everyone)."""
-    knobs = {}
-    for pair in pairs:
-        name, sep, value = pair.partition("=")
-        if not sep or not name.isidentifier():
-            raise ValueError(f"--knob wants NAME=VALUE, got {pair!r}")
-        if name in SECRET_NAMES or name.startswith(FORWARDED_PREFIXES):
-            raise ValueError(f"--knob {name}: W&B/Weave/HF settings travel in the runtime env, secrets never in "
-                             "the entrypoint")
-        knobs[name] = value
-    return knobs
+def job_payload(knobs: dict[str, str], overrides: list[str]) -> str:
+    """What the cluster's launcher gets: knobs by their shell names, and main_ppo's overrides as resolved."""
+    names = [name for name in knobs if name in SECRET_NAMES or name.startswith(FORWARDED_PREFIXES)]
+    if names:
+        raise ValueError(f"{names}: W&B/Weave/HF settings travel in the runtime env, secrets never in the payload")
+    return json.dumps({"knobs": knobs, "overrides": overrides})
 
 
-def entrypoint(overrides: list[str], knobs: dict[str, str] | None = None) -> str:
-    assignments = [f"{name}={shlex.quote(value)}" for name, value in (knobs or {}).items()]
-    return " ".join(["RECIPE_RESOLVED=1", *assignments, LAUNCHER, shlex.join(overrides)]).strip()
+def load_job_secrets() -> None:
+    """On the cluster, in the job's entrypoint: the secrets the submitter uploaded (its preflight and relays need the
+    W&B key too; Ray loads them into the job's workers by itself). Nothing when none were uploaded."""
+    import importlib
+
+    try:
+        importlib.import_module(SECRETS_MODULE).load()
+    except ImportError:
+        pass
 
 
-def submit(client, overrides: list[str], environ: dict[str, str], submission_id: str | None = None,
-           command: str | None = None, knobs: dict[str, str] | None = None) -> str:
+def read_job_payload(environ: dict[str, str]) -> dict:
+    """The payload on the cluster side; ValueError with a line to show when it is missing or broken."""
+    try:
+        payload = json.loads(environ[LAUNCH_ENV])
+        return {"knobs": dict(payload["knobs"]), "overrides": list(payload["overrides"])}
+    except (KeyError, ValueError, TypeError) as err:
+        raise ValueError(f"--job runs as a Ray job's entrypoint, with {LAUNCH_ENV} from the submitting launcher "
+                         f"(SUBMIT=ray); it is missing or unreadable: {err}") from None
+
+
+def submit(client, payload: str | None, environ: dict[str, str], submission_id: str | None = None,
+           command: str | None = None) -> str:
     """Submit the job; the secrets package exists on this machine only while Ray uploads it."""
     _, secrets = split_environment(environ)
     tmp = Path(tempfile.mkdtemp(prefix="gsm8k-recipe-job-"))
     try:
         package = write_secrets_module(secrets, tmp) if secrets else None
-        return _submit_when_an_agent_is_up(
-            client, entrypoint=command or entrypoint(overrides, knobs), submission_id=submission_id,
-            runtime_env=build_runtime_env(environ, package))
+        runtime_env = build_runtime_env(environ, package)
+        if payload is not None:
+            runtime_env["env_vars"][LAUNCH_ENV] = payload
+        return _submit_when_an_agent_is_up(client, entrypoint=command or ENTRYPOINT, submission_id=submission_id,
+                                           runtime_env=runtime_env)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -154,41 +161,22 @@ async def _follow(client, job_id: str) -> None:
         print(lines, end="", flush=True)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--address", default=os.environ.get("RAY_ADDRESS"),
-                   help="the Ray dashboard address, e.g. http://10.0.0.1:8265 (default: $RAY_ADDRESS)")
-    p.add_argument("--no-follow", action="store_true", help="submit and return; do not stream the job's logs")
-    p.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE",
-                   help="a launcher knob for the job's launcher (the submitting launcher passes its JOB_KNOBS)")
-    p.add_argument("overrides", nargs="*")
-    return p
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        knobs = parse_knobs(args.knob)
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    if not args.address:
-        print("error: set RAY_ADDRESS to the Ray dashboard address, e.g. http://10.0.0.1:8265", file=sys.stderr)
-        return 1
+def submit_and_follow(address: str, payload: str, environ: dict[str, str], follow: bool = True) -> int:
+    """Submit the launch to the cluster at `address` and stream its logs until it ends; the job's outcome."""
     from ray.job_submission import JobStatus
 
-    client = connect(args.address)
-    job_id = submit(client, args.overrides, dict(os.environ), submission_id=f"gsm8k-grpo-{int(time.time())}",
-                    knobs=knobs)
-    print(f"[submit] job {job_id} submitted to {args.address}; stop it with: ray job stop {job_id} "
-          f"--address {args.address}", file=sys.stderr)
-    if args.no_follow:
+    client = connect(address)
+    job_id = submit(client, payload, environ, submission_id=f"gsm8k-grpo-{int(time.time())}")
+    print(f"[submit] job {job_id} submitted to {address}; stop it with: ray job stop {job_id} --address {address}",
+          file=sys.stderr)
+    if not follow:
         return 0
-    asyncio.run(_follow(client, job_id))
+    try:
+        asyncio.run(_follow(client, job_id))
+    except KeyboardInterrupt:
+        print(f"\n[submit] stopped following; the job goes on: ray job stop {job_id} --address {address}",
+              file=sys.stderr)
+        return 130
     status = client.get_job_status(job_id)
     print(f"[submit] job {job_id}: {status}", file=sys.stderr)
     return 0 if status == JobStatus.SUCCEEDED else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

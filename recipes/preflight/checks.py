@@ -189,6 +189,8 @@ def check_gpus(config: DictConfig, report: Report, visible: int | None = None) -
     elif visible != wanted:
         report.error(f"{visible} GPU(s) visible but trainer.n_gpus_per_node={wanted}; set N_GPUS_PER_NODE={visible} "
                      "(or PROFILE=4gpu / 1gpu_smoke), or fix CUDA_VISIBLE_DEVICES")
+    else:
+        report.note(f"GPUs: {visible} visible, as trainer.n_gpus_per_node={wanted} asks")
 
 
 def count_visible_gpus() -> int | None:
@@ -202,18 +204,22 @@ def count_visible_gpus() -> int | None:
     return None
 
 
-def check_wandb(config: DictConfig, report: Report) -> None:
+def check_wandb(config: DictConfig, report: Report, traces_offline: bool | None = None) -> None:
     loggers = OmegaConf.select(config, "trainer.logger") or []
     traces = OmegaConf.select(config, "actor_rollout_ref.rollout.trace.backend") == "weave"
-    traces = traces and os.environ.get("TRACE_RELAY") != "offline"  # air-gapped: kept on disk, uploaded later
+    if traces_offline is None:  # the launcher says; the command line reads the knob
+        traces_offline = os.environ.get("TRACE_RELAY") == "offline"
+    traces = traces and not traces_offline  # air-gapped: kept on disk, uploaded later
     uses = [x for x in ("wandb" in list(loggers) and "wandb logger", traces and "weave trace") if x]
     if uses and not has_wandb_credentials():
         report.error(f"{' and '.join(uses)} need W&B credentials: export WANDB_API_KEY=... (or `wandb login` for "
                      f"{wandb_host()}), or turn them off with LOGGER=console TRACE=off")
 
 
-def run_all(config: DictConfig, launch: bool = False, submit: bool = False) -> Report:
-    """launch: about to start on this node (GPUs, credentials, disk); submit: about to go to a Ray cluster."""
+def run_all(config: DictConfig, launch: bool = False, submit: bool = False,
+            traces_offline: bool | None = None) -> Report:
+    """launch: about to start on this node (GPUs, credentials, disk); submit: about to go to a Ray cluster;
+    traces_offline: TRACE_RELAY=offline (no W&B key needed for traces; None: read from the environment)."""
     report = Report()
     tool_path = OmegaConf.select(config, "actor_rollout_ref.rollout.multi_turn.tool_config_path")
     tool_names = _tool_names_in_yaml(tool_path, report) if tool_path else []  # no tools: data must offer none
@@ -230,8 +236,9 @@ def run_all(config: DictConfig, launch: bool = False, submit: bool = False) -> R
     if launch and not on_cpu_platform():
         check_gpus(config, report)
         check_gpu_env(config, report)  # driver, locked versions, attention implementation
-        check_jit_toolchain(report)  # the compilers SGLang and FlashInfer use at first use, their caches
+        # the compilers SGLang and FlashInfer use at first use, their caches and what the model needs there
+        check_jit_toolchain(report, model=str(config.actor_rollout_ref.model.path))
     if launch or submit:
-        check_wandb(config, report)
+        check_wandb(config, report, traces_offline)
         check_checkpoint_space(config, report, train_rows)
     return report

@@ -14,6 +14,12 @@ refs to an internal project id, so a value holding refs gets a different digest 
         ... run processes with wandb.env ...
         wandb.stop(); ...; wandb.start()           # an outage
         assert len(wandb.storage.complete_call_ids()) == made
+
+    python -m recipes.standins.weave_http_server [--port 0] [--url-file FILE]   # in its own process, until SIGTERM
+
+`GET /standin/received` (the stand-in's own route, no W&B has it) answers what it received: every call (id,
+parent, trace, op, attributes, ended) and how many times each call's start arrived, for a benchmark to count from
+outside (scripts/trace_tally.py).
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from recipes.trace_relay.http import LoopbackHTTPServer, Request, Response
 
 API_KEY = "loopback-" + "0" * 31  # any string: the stand-in checks nothing
 USERNAME = "loopback-user"
+RECEIVED_PATH = "/standin/received"
 _READS = {  # route -> MemoryTraceServer method
     "/calls/stream_query": "calls_query_stream", "/calls/query_stats": "calls_query_stats", "/obj/read": "obj_read",
     "/table/query": "table_query", "/refs/read_batch": "refs_read_batch",
@@ -61,6 +68,8 @@ class WandbStandIn:
         route = protocol.trace_route(request.path)
         with self._lock:
             self.requests.append((request.method, route))
+        if request.path == RECEIVED_PATH:
+            return Response.json(self.received())
         if request.path.split("?")[0] == protocol.GRAPHQL_PATH:
             answer = protocol.answer_graphql(request.body, self.entity, USERNAME)
             return Response.json(answer or {"data": None, "errors": [{"message": "not supported by the stand-in"}]})
@@ -132,6 +141,14 @@ class WandbStandIn:
         return universal_ext_to_int_ref_converter(
             value, lambda ext: "internal-" + hashlib.sha256(ext.encode()).hexdigest()[:16])
 
+    def received(self) -> dict:
+        """Every call received (id, parent_id, trace_id, op_name, attributes, ended) and the starts received per
+        call id."""
+        calls = [{key: call[key] for key in ("id", "parent_id", "trace_id", "op_name", "attributes", "ended")}
+                 for call in self.storage.recorded_calls()]
+        with self._lock:
+            return {"calls": calls, "starts_received": dict(self.call_starts_received)}
+
     def request_count(self, route: str) -> int:
         with self._lock:
             return sum(1 for _, r in self.requests if r == route)
@@ -189,3 +206,32 @@ def loopback_wandb(entity: str = "loopback-entity", **app_kwargs) -> Iterator[Lo
             yield server
         finally:
             server.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Serve the stand-in on 127.0.0.1 until SIGTERM or SIGINT; its URL is printed and written to --url-file."""
+    import argparse
+    import os
+    import signal
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--entity", default="loopback-entity")
+    p.add_argument("--url-file", type=Path, help="write the URL here once it listens")
+    args = p.parse_args(argv)
+    server = LoopbackWandb(args.entity, port=args.port).start()
+    if args.url_file:
+        tmp = args.url_file.with_name(args.url_file.name + ".tmp")
+        tmp.write_text(server.url + "\n")
+        os.replace(tmp, args.url_file)
+    print(f"W&B stand-in: {server.url} (entity {args.entity}; WANDB_API_KEY={API_KEY})", flush=True)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    stop.wait()
+    server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

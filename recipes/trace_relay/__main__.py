@@ -8,7 +8,8 @@
 serve: prints (and writes to --url-file) the URL to export as GSM8K_RECIPE_TRACE_RELAY, runs until SIGTERM or
 SIGINT, then sends what is pending for up to --drain-timeout and prints how many records were sent and are
 pending. Exit status 0 when nothing is left, 3 when records stay in the spool for a later upload. A relay that
-dies is started again on the same address, which stays open meanwhile (recipes/trace_relay/supervisor.py).
+dies, or answers no health check for --hang-after seconds, is replaced on the same address, which stays open
+meanwhile (recipes/trace_relay/keeper.py).
 upload: sends a spool (e.g. copied from an air-gapped cluster) to W&B; running it again sends nothing twice.
 Exit status 0 when everything is sent, 1 otherwise. W&B is WANDB_BASE_URL (default https://api.wandb.ai), with
 WANDB_API_KEY or the netrc entry for that host.
@@ -24,6 +25,8 @@ import sys
 import threading
 import time
 from pathlib import Path
+
+from recipes.trace_relay.keeper import HANG_AFTER_S
 
 PENDING_EXIT = 3
 
@@ -48,6 +51,11 @@ def main(argv: list[str] | None = None, upload_help: dict | None = None) -> int:
                        help="restarts of a relay that keeps dying (each within a minute) before giving up")
     serve.add_argument("--restart-delay", type=float, default=1.0,
                        help="seconds before the first restart of a relay that died; doubled on each death in a row")
+    serve.add_argument("--hang-after", type=float, default=HANG_AFTER_S,
+                       help="a relay that answers no health check for this many seconds (stopped, deadlocked) is "
+                            "killed and replaced")
+    serve.add_argument("--lock-wait", type=float, default=30.0,
+                       help="seconds to wait for a spool still held by a relay that is exiting")
     serve.add_argument("--listen-fd", type=int, help=argparse.SUPPRESS)  # the socket the supervisor holds
     status = commands.add_parser("status", help="count sent and pending records (no network)")
     status.add_argument("--spool", required=True, type=Path)
@@ -65,10 +73,10 @@ def main(argv: list[str] | None = None, upload_help: dict | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per forwarded request otherwise
     if args.command == "serve" and args.listen_fd is None:
-        from recipes.trace_relay.supervisor import supervise
+        from recipes.trace_relay.keeper import supervise
 
         argv = sys.argv[1:] if argv is None else argv
-        return supervise(argv[1:], args.host, args.port, args.max_restarts, args.restart_delay)
+        return supervise(argv[1:], args.host, args.port, args.max_restarts, args.restart_delay, args.hang_after)
     return {"serve": _serve, "status": _status, "upload": upload_spool}[args.command](args)
 
 
@@ -76,9 +84,9 @@ def _serve(args) -> int:
     """One relay on the socket its supervisor holds (--listen-fd), or on host:port when run on its own."""
     import socket
 
+    from recipes.trace_relay.keeper import exit_with_parent
     from recipes.trace_relay.relay import TraceRelay
     from recipes.trace_relay.spool import SpoolBusy
-    from recipes.trace_relay.supervisor import exit_with_parent
     from recipes.trace_relay.upstream import Upstream, UpstreamRefused
 
     if args.offline and not args.entity:
@@ -86,11 +94,13 @@ def _serve(args) -> int:
               file=sys.stderr)
         return 2
     stop = threading.Event()  # handlers first: a SIGTERM as soon as the URL is out still drains
+    orphaned = threading.Event()  # SIGHUP: its keeper died; exit at once, the next keeper's relay sends the spool
     for sig in (signal.SIGTERM, signal.SIGINT):
         # started in the background by the launcher, SIGINT is ignored: a Ctrl-C meant for training must not stop
         # the relay before the workers' last flush; the launcher sends SIGTERM once main_ppo has exited
         if signal.getsignal(sig) is not signal.SIG_IGN:
             signal.signal(sig, lambda *_: stop.set())
+    signal.signal(signal.SIGHUP, lambda *_: (orphaned.set(), stop.set()))
     listening = None
     if args.listen_fd is not None:
         exit_with_parent()
@@ -98,7 +108,8 @@ def _serve(args) -> int:
     try:
         upstream = None if args.offline else Upstream.from_env(args.upstream, args.upstream_trace)
         relay = TraceRelay(args.spool, upstream, entity=args.entity, host=args.host, port=args.port,
-                           max_retry_interval_s=args.max_retry_interval, listening=listening).start()
+                           max_retry_interval_s=args.max_retry_interval, listening=listening,
+                           lock_wait_s=args.lock_wait).start()
     except (UpstreamRefused, SpoolBusy, OSError) as err:
         print(f"error: trace relay not started: {err}", file=sys.stderr)
         return 2
@@ -110,8 +121,9 @@ def _serve(args) -> int:
     print(f"trace relay: {relay.url} (spool {args.spool}, {target})", flush=True)
 
     stop.wait()
-    print(f"trace relay: stopping, sending pending records for up to {args.drain_timeout:.0f} s", flush=True)
-    summary = relay.stop(args.drain_timeout)
+    drain_s = 0.0 if orphaned.is_set() else args.drain_timeout
+    print(f"trace relay: stopping, sending pending records for up to {drain_s:.0f} s", flush=True)
+    summary = relay.stop(drain_s)
     print(f"trace relay stopped: {summary.line(args.spool)}", flush=True)
     return PENDING_EXIT if summary.pending else 0
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -88,6 +89,11 @@ class _Server(ThreadingHTTPServer):
             self.socket.close()
             self.socket = listening
             self.server_address = listening.getsockname()
+
+    def handle_error(self, request, client_address) -> None:
+        """A client gone before its answer (a health probe that timed out while no relay ran) is no error."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
     def track(self, conn: socket.socket, add: bool) -> None:
         with self._connections_lock:

@@ -27,10 +27,11 @@ from typing import Any
 # imported here, once: a first import inside concurrent request threads can see a half-initialised module
 from weave.trace.serialization import digest as weave_digest
 
+from recipes.constants import RELAY_HEALTH_PATH  # noqa: F401  the relay's own route, served beside W&B's
+
 TRACE_PREFIX = "/traces"
 GRAPHQL_PATH = "/graphql"
 SERVER_INFO_ROUTE = "/server_info"
-RELAY_HEALTH_PATH = "/trace_relay/health"  # the relay's own: a worker checks it reaches THIS node's relay
 
 _WRITE_ROUTES = frozenset({
     "/obj/create", "/file/create", "/table/create", "/call/start", "/call/end", "/call/upsert_batch",

@@ -12,14 +12,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass
 
 import httpx
 
 from recipes.trace_relay import protocol
 from recipes.trace_relay.http import LoopbackHTTPServer, Request, Response
 from recipes.trace_relay.repeats import RepeatFilter
-from recipes.trace_relay.spool import Record, Spool
+from recipes.trace_relay.spool import Record, Spool, Summary
 from recipes.trace_relay.upstream import Forwarder, Upstream, UpstreamDown, UpstreamRefused
 
 logger = logging.getLogger(__name__)
@@ -30,33 +29,17 @@ INIT_REQUEST_TIMEOUT_S = 10.0  # weave.init waits on these; past this the relay 
 ASSUME_DOWN_FOR_S = 30.0  # after a failure, answer init requests here without trying W&B first
 
 
-@dataclass
-class Summary:
-    sent: int
-    pending: int
-    rejected: int
-    error: str | None = None
-
-    def line(self, spool_dir) -> str:
-        text = f"{self.sent} trace records sent to W&B, {self.pending} pending"
-        if self.rejected:
-            text += f", {self.rejected} rejected by W&B (kept in {spool_dir}/rejected.spool)"
-        if self.pending:
-            text += f" in {spool_dir}: send them with `python scripts/upload_traces.py --spool {spool_dir}`"
-            if self.error:
-                text += f" (last error: {self.error})"
-        return text
-
-
 class TraceRelay:
     def __init__(self, spool_dir, upstream: Upstream | None, entity: str | None = None, host: str = "127.0.0.1",
-                 port: int = 0, max_retry_interval_s: float = 30.0, listening=None) -> None:
-        self.spool = Spool(spool_dir).acquire()
+                 port: int = 0, max_retry_interval_s: float = 30.0, listening=None, lock_wait_s: float = 0.0) -> None:
+        self.spool = Spool(spool_dir).acquire(lock_wait_s)
         self.max_retry_interval_s = max_retry_interval_s
         self.upstream = upstream
         self.entity = entity
         self.forwarder = Forwarder(self.spool, upstream) if upstream else None
-        self.repeats = RepeatFilter()
+        # a relay taking over from one that was killed knows the calls that one kept: a client that never got
+        # their answer sends them again, and they must not be kept twice
+        self.repeats = RepeatFilter.seeded(self.spool.iter_newest_segment())
         self._write_lock = threading.Lock()  # a repeat is recognised only once the first copy is durable
         self.http = LoopbackHTTPServer(self, host, port, listening)  # listening: a socket bound by a supervisor
         self._stop = threading.Event()

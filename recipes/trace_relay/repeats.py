@@ -1,11 +1,12 @@
 """Call writes the relay already holds, so a client's repeat is answered without being kept twice.
 
-A weave client repeats a request whose answer it did not get. Behind a supervisor (supervisor.py) that happens
-when the relay was down longer than WEAVE_HTTP_TIMEOUT (30 s): the request waited in the listening socket's
-backlog, the client gave up and sent it again, and the next relay receives both. Calls are keyed by id (a
-start, an end, or a complete call); objects, tables and files are keyed by digest on W&B, so a repeat of one
-is harmless and is not tracked. The memory is this process's, of the most recent MAX_REMEMBERED calls: a
-repeat of a request acknowledged by a relay that then died is kept again, and W&B stores a call once per id.
+A weave client repeats a request whose answer it did not get. Behind a keeper (keeper.py) that happens when the
+relay was down longer than WEAVE_HTTP_TIMEOUT (30 s): the request waited in the listening socket's backlog, the
+client gave up and sent it again, and the next relay receives both; and when a relay was killed after it kept a
+request but before the client read the answer. Calls are keyed by id (a start, an end, or a complete call);
+objects, tables and files are keyed by digest on W&B, so a repeat of one is harmless and is not tracked. The
+memory holds the most recent MAX_REMEMBERED calls: this process's, and those of the spool segment it took over
+(`seeded`), so a repeat of what a killed relay kept is kept once.
 """
 
 from __future__ import annotations
@@ -24,6 +25,17 @@ class RepeatFilter:
         self._order: deque[tuple[str, str]] = deque()
         self.capacity = capacity
         self.repeats = 0  # call writes dropped as repeats
+
+    @classmethod
+    def seeded(cls, records, capacity: int = MAX_REMEMBERED) -> RepeatFilter:
+        """A filter that already knows the calls of `records` (spool records, oldest first)."""
+        memory = cls(capacity)
+        for record in records:
+            try:
+                memory.remember(record.route, record.body)
+            except (ValueError, KeyError, TypeError):  # a record W&B will refuse anyway
+                continue
+        return memory
 
     def new_part(self, route: str, body: bytes) -> bytes | None:
         """`body` without the calls already held: None when nothing is left, `body` itself when all is new.

@@ -14,6 +14,7 @@ import fcntl
 import json
 import os
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,6 +45,26 @@ class Record:
         return json.dumps(header).encode() + b"\n"
 
 
+@dataclass
+class Summary:
+    """What a relay sent and left in its spool when it stopped, as one line that says how to send the rest."""
+
+    sent: int
+    pending: int
+    rejected: int
+    error: str | None = None
+
+    def line(self, spool_dir) -> str:
+        text = f"{self.sent} trace records sent to W&B, {self.pending} pending"
+        if self.rejected:
+            text += f", {self.rejected} rejected by W&B (kept in {spool_dir}/rejected.spool)"
+        if self.pending:
+            text += f" in {spool_dir}: send them with `python scripts/upload_traces.py --spool {spool_dir}`"
+            if self.error:
+                text += f" (last error: {self.error})"
+        return text
+
+
 class SpoolBusy(RuntimeError):
     pass
 
@@ -65,17 +86,24 @@ class Spool:
         self._writer = None
 
     # --- ownership ---------------------------------------------------------------------------------
-    def acquire(self) -> Spool:
-        """Become the one process that appends to and sends from this spool."""
+    def acquire(self, wait_s: float = 0.0) -> Spool:
+        """Become the one process that appends to and sends from this spool, waiting up to `wait_s` for one that
+        is exiting (a relay being replaced) to let go of it."""
         handle = open(self.root / "lock", "a+")
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            holder = handle.read().strip() or "another process"
-            handle.close()
-            raise SpoolBusy(f"{self.root} is in use by {holder}: stop it first (it sends these traces itself)"
-                            ) from None
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() < deadline:
+                    time.sleep(0.2)
+                    continue
+                handle.seek(0)
+                holder = handle.read().strip() or "another process"
+                handle.close()
+                raise SpoolBusy(f"{self.root} is in use by {holder}: stop it first (it sends these traces itself)"
+                                ) from None
         handle.seek(0)
         handle.truncate()
         handle.write(f"pid {os.getpid()}")
@@ -153,6 +181,11 @@ class Spool:
         """Unsent records in order, read as they are consumed."""
         return self._scan(self.sent_position, with_bodies=True)
 
+    def iter_newest_segment(self):
+        """The records of the segment being appended to, sent or not, in order: what a relay that takes the spool
+        over may see again from a client whose request the previous relay kept but never answered."""
+        return self._scan(Position(self._segment, 0), with_bodies=True)
+
     def mark_sent(self, records: list[Record]) -> None:
         if not records:
             return
@@ -225,3 +258,19 @@ def _write_json_atomically(path: Path, value: dict) -> None:
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(tmp, path)
+
+
+def rejected_count(root: str | os.PathLike) -> int:
+    """Records W&B refused for good, kept in ROOT/rejected.spool (one header line, the body, a newline each)."""
+    path = Path(root) / "rejected.spool"
+    count = 0
+    if path.is_file():
+        with open(path, "rb") as handle:
+            while line := handle.readline():
+                try:
+                    length = json.loads(line)["length"]
+                except (ValueError, KeyError):
+                    break
+                handle.seek(length + 1, os.SEEK_CUR)
+                count += 1
+    return count

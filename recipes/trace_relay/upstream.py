@@ -144,6 +144,7 @@ class Forwarder:
         self.digests = DigestMap(spool)
         self._projects_ready: set[str] = set()
         self.rejected_total = 0
+        self._checked_first = False  # whether W&B was asked which calls of the first group it already has
 
     def send_some(self) -> SendResult:
         """Send the next group of records. Raises UpstreamDown / UpstreamRefused, leaving them pending."""
@@ -157,6 +158,16 @@ class Forwarder:
         for project_id in {r.project_id for r in group if r.project_id} - self._projects_ready:
             self.upstream.ensure_project(project_id)
             self._projects_ready.add(project_id)
+        if not self._checked_first and merged:
+            # a sender killed between W&B's answer and its checkpoint left these pending: send only what W&B lacks
+            merged = self._not_yet_stored(group[0].project_id, merged)  # UpstreamDown: checked on the next try
+            if not merged:
+                self._checked_first = True
+                self.spool.mark_sent(group)
+                return SendResult(sent=len(group))
+            if len(group) == 1:
+                group[0].body = json.dumps({**json.loads(group[0].body), "batch": merged}).encode()
+        self._checked_first = True
         if len(group) > 1:
             response = self._post(group[0], json.dumps({"batch": merged}).encode())
             if response.status_code < 400:
@@ -172,6 +183,26 @@ class Forwarder:
         self._reject(record, response)
         self.spool.mark_sent(group)
         return SendResult(rejected=1)
+
+    def _not_yet_stored(self, project_id: str | None, calls: list[dict]) -> list[dict]:
+        """The calls W&B does not hold yet (all of them when it cannot say which: this read only saves repeats).
+        Raises UpstreamDown when W&B does not answer (nothing could be sent then either)."""
+        ids = [call.get("id") for call in calls if call.get("id")]
+        if not project_id or not ids:
+            return calls
+        query = {"project_id": project_id, "filter": {"call_ids": ids}, "columns": ["id"]}
+        answer = self.upstream.request("POST", self.upstream.trace_url_for("/calls/stream_query"),
+                                       json.dumps(query).encode(), {"content-type": "application/json"})
+        if answer.status_code != 200:
+            return calls
+        try:
+            stored = {json.loads(line)["id"] for line in answer.text.splitlines() if line.strip()}
+        except (ValueError, KeyError, TypeError):
+            return calls
+        if stored:
+            logger.warning("trace relay: W&B already holds %d of the %d calls a previous relay was sending; "
+                           "sending the other %d", len(stored & set(ids)), len(ids), len(set(ids) - stored))
+        return [call for call in calls if call.get("id") not in stored]
 
     def _post(self, record: Record, body: bytes) -> httpx.Response:
         if record.content_type.startswith("application/json"):

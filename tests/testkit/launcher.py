@@ -1,31 +1,74 @@
-"""Run scripts/run_gsm8k_grpo.sh (and its wrappers) as users do, in a subprocess, and read what it printed.
-
-No stand-in: the real launcher and preflight. A DRY_RUN prints the plan (ending with the file it wrote the
-composed config to) and, last, the main_ppo command; a launch-mode call in tests must always fail its preflight
-so that nothing starts."""
+"""Drive the launcher through its Python entry point (recipes/launch), as scripts/run_gsm8k_grpo.sh hands it the
+knobs, and read its decisions: the mode, main_ppo's overrides and command, the relays, the composed config. No
+stand-in: the real knob mapping, preflight and plan, in this process. `run_script` runs a script of scripts/ as
+users do, in a subprocess, for the few end-to-end tests of the shell front."""
 
 from __future__ import annotations
 
 import importlib.util
+import io
 import os
-import shlex
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+from unittest import mock
 
 from recipes.constants import REPO_ROOT
+from recipes.launch.decision import Launch, check_launch, plan_launch
+from recipes.launch.knobs import Knobs
+from recipes.launch.plan import plan_rows
+from recipes.preflight.run import Preflight
 
 SCRIPTS = REPO_ROOT / "scripts"
-# what a user's shell might carry that would change what the launcher does
-_CLEARED = ("WANDB_API_KEY", "PREFLIGHT_", "PROFILE", "RAY_ADDRESS", "SUBMIT", "RECIPE_RESOLVED",
-            "OUTPUT_DIR", "EXPERIMENT_NAME", "MODEL_PATH", "TRACE", "LOGGER", "TOOL_SET", "N_GPUS_PER_NODE",
-            "NNODES", "PUBLISH_EVALS", "TRACE_RELAY", "DRY_RUN_CONFIG")
+# what a user's shell might carry that would change what the launcher does: the knobs, and these
+_CLEARED = ("WANDB_API_KEY", "WANDB_ENTITY", "PREFLIGHT_", "RAY_ADDRESS", "VERL_PLATFORM", "PRINT_OUTPUT_DIR",
+            "CUDA_VISIBLE_DEVICES")
+
+
+def clean_environ(**env: str) -> dict[str, str]:
+    kept = {k: v for k, v in os.environ.items() if k not in Knobs.names() and not k.startswith(_CLEARED)}
+    return {**kept, **env}
+
+
+@dataclass
+class Planned:
+    """What the launcher decided, and what its preflight said (stderr)."""
+
+    launch: Launch
+    preflight: Preflight
+    err: str
+
+    @property
+    def overrides(self) -> dict[str, str]:
+        return override_dict(self.launch.overrides)
+
+    def row(self, key: str) -> str:
+        """A row of the plan DRY_RUN prints (model, data, tools, hardware, batch, ...)."""
+        return dict(plan_rows(self.launch.config, self.launch.config_file))[key]
+
+
+def plan(data_dir, *overrides: str, **env: str) -> Planned:
+    """The launcher's decisions for these knobs and environment (as a shell would set them) and hydra overrides, in
+    this process; os.environ is the given environment meanwhile (the preflight's checks read it). A knob the launch
+    refuses raises recipes.launch.knobs.KnobError."""
+    environ = clean_environ(**{"PYTHON": sys.executable, "DATA_DIR": str(data_dir), **env})
+    with mock.patch.dict(os.environ, environ, clear=True):
+        knobs = Knobs.from_environ(environ)
+        launch = plan_launch(knobs, list(overrides), environ)
+        launch.knobs.check(environ)
+        err = io.StringIO()
+        preflight = check_launch(launch, out=err, environ=environ)
+    return Planned(launch, preflight, err.getvalue())
+
+
+def override_dict(overrides: list[str]) -> dict[str, str]:
+    return dict(o.lstrip("+").split("=", 1) for o in overrides)
 
 
 def run_script(script: str, data_dir, *args, timeout: int = 180, **env) -> subprocess.CompletedProcess:
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith(_CLEARED)}
-    full_env.update({"PYTHON": sys.executable, "DATA_DIR": str(data_dir), **env})
+    full_env = clean_environ(**{"PYTHON": sys.executable, "DATA_DIR": str(data_dir), **env})
     return subprocess.run(["bash", str(SCRIPTS / script), *args], env=full_env, capture_output=True, text=True,
                           timeout=timeout, stdin=subprocess.DEVNULL)
 
@@ -38,29 +81,5 @@ def load_script(name: str) -> ModuleType:
     return module
 
 
-def launch(data_dir, *args, **env) -> subprocess.CompletedProcess:
-    return run_script("run_gsm8k_grpo.sh", data_dir, *args, **env)
-
-
-def printed_command(stdout: str) -> list[str]:
-    return shlex.split(stdout.strip().splitlines()[-1])
-
-
-def printed_overrides(stdout: str) -> list[str]:
-    """The hydra overrides of the printed main_ppo command (what follows --config-name)."""
-    command = printed_command(stdout)
-    return command[next(i for i, a in enumerate(command) if a.startswith("--config-name")) + 1:]
-
-
-def override_dict(overrides: list[str]) -> dict[str, str]:
-    return dict(o.lstrip("+").split("=", 1) for o in overrides)
-
-
-def plan_line(stdout: str, key: str) -> str:
-    """The value of one row of a DRY_RUN's plan ("#   <key>  <value>")."""
-    return next(line.split(None, 2)[2] for line in stdout.splitlines() if line.split(None, 2)[:2] == ["#", key])
-
-
-def written_config(stdout: str) -> str:
-    """The composed config (YAML) a DRY_RUN wrote to the file its plan names."""
-    return Path(plan_line(stdout, "config").split(" (")[0]).read_text()
+def written_config(path: str | Path) -> str:
+    return Path(path).read_text()

@@ -1,0 +1,124 @@
+"""A launch that trains: main_ppo as a watched child of the launcher, the relays and the evaluation watcher beside it.
+
+Order: the relays start (and answer) before main_ppo, so every worker finds its node's relay; the watcher
+(PUBLISH_EVALS=1) starts beside main_ppo and exits after this process does; when main_ppo ends, the relays drain
+and each says what it sent and what is left. Ctrl-C and SIGTERM reach main_ppo as SIGTERM (Ray's driver exits
+cleanly on it; main_ppo ignores SIGINT itself, as a shell's background job does); a Ctrl-C meant for training never
+reaches a relay (its own session) before the workers' last flush. The exit status is main_ppo's (128 + the signal
+that ended it, as a shell says).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from recipes.constants import REPO_ROOT
+from recipes.launch.decision import Launch
+from recipes.launch.relays import RelayStartError, say_summaries, start_relays
+
+OPEN_FILES = 65535  # Ray opens many sockets per node
+
+
+class Stopped(Exception):
+    """SIGINT/SIGTERM before main_ppo started: nothing more is started."""
+
+
+def run_training(launch: Launch, out=None) -> int:
+    out = out or sys.stderr
+    raise_open_files_limit(out)
+    child: dict[str, subprocess.Popen] = {}
+
+    def on_signal(signum, _frame) -> None:
+        if "main_ppo" in child:
+            if child["main_ppo"].poll() is None:
+                child["main_ppo"].send_signal(signal.SIGTERM)
+            return
+        raise Stopped(signal.Signals(signum).name)
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    relays, connected = None, False
+    try:
+        if launch.relay is not None:
+            if launch.relay.cluster:
+                connected = _connect_to_cluster(launch)
+            relays = start_relays(launch.relay)
+            print(f"[launch] Weave traces go through {relays.where}", file=out, flush=True)
+        _start_watcher(launch, out)
+        env = {**os.environ, **(relays.env if relays else {}),
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
+        # ignored while it starts: main_ppo (and the Ray it starts) inherit the ignore, as a shell's background job
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            # Ray puts the driver's cwd on every local worker's sys.path: our tools and recipes import there
+            child["main_ppo"] = subprocess.Popen(launch.main_ppo_command(), env=env, cwd=REPO_ROOT)
+        finally:
+            signal.signal(signal.SIGINT, on_signal)
+        status = child["main_ppo"].wait()
+        return status if status >= 0 else 128 - status
+    except RelayStartError as err:
+        print(f"error: {err}; nothing was started", file=out)
+        return 1
+    except Stopped as why:
+        print(f"[launch] {why} before training started: stopping", file=out)
+        return 130
+    finally:
+        if relays is not None:
+            for sig in (signal.SIGINT, signal.SIGTERM):  # the drain finishes: the spools keep the rest anyway
+                signal.signal(sig, signal.SIG_IGN)
+            say_summaries(relays.stop(), launch.knobs.output_dir, out)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if connected:
+            import ray
+
+            ray.shutdown()
+
+
+def _connect_to_cluster(launch: Launch) -> bool:
+    """This process joins the cluster main_ppo will join, to hold a relay keeper on each node."""
+    import ray
+
+    from recipes.trace_relay.on_ray import NAMESPACE
+
+    try:
+        ray.init(address=launch.ray_address or None, namespace=NAMESPACE, log_to_driver=True)
+    except Exception as err:  # main_ppo would not get in either
+        raise RelayStartError(f"cannot join the Ray cluster at {launch.ray_address or 'RAY_ADDRESS'} to start a "
+                              f"trace relay on each node: {type(err).__name__}: {err}") from err
+    return True
+
+
+def _start_watcher(launch: Launch, out) -> None:
+    command = launch.watcher_command(os.getpid())
+    if command is None:
+        return
+    log = Path(launch.knobs.output_dir) / "publish_evals.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    handler = signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a shell's background job: Ctrl-C is for training
+    try:
+        with open(log, "ab") as handle:
+            subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                             cwd=REPO_ROOT)
+    finally:
+        signal.signal(signal.SIGINT, handler)
+    print(f"[launch] publishing each validation to Weave in the background (log: {log})", file=out)
+
+
+def raise_open_files_limit(out) -> None:
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft >= OPEN_FILES:
+        return
+    for limits in ((OPEN_FILES, max(hard, OPEN_FILES)), (min(OPEN_FILES, hard), hard)):
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, limits)
+            break
+        except (ValueError, OSError):
+            continue
+    if resource.getrlimit(resource.RLIMIT_NOFILE)[0] < OPEN_FILES:
+        print(f"warning: could not raise the open-files limit to {OPEN_FILES}; Ray may run out", file=out)
