@@ -72,24 +72,26 @@ def log(msg: str) -> None:
     print(f"[bench_rollout] {msg}", flush=True)
 
 
-# ---- the recipe's config and relay, as the launcher sets them (the two places to swap at its next API) ----------
+# ---- the recipe's config and relay, as the launcher sets them (recipes/launch) ----------------------------------
+
+def bench_knobs(phase: str, args, data_dir: Path, model_dir: Path, out_dir: Path):
+    """The launcher's knobs for one arm: `PROFILE=8xh100 TOOL_SET=... DATA_DIR=... MODEL_PATH=<the offline Qwen2.5
+    tokenizer; no weights are loaded> EXPERIMENT_NAME=bench_rollout_<arm> OUTPUT_DIR=<the arm's folder>`."""
+    from recipes.launch.knobs import Knobs
+
+    return Knobs(profile=PROFILE, data_dir=str(data_dir), tool_set=args.tool_set, model_path=str(model_dir),
+                 experiment_name=EXPERIMENT.format(phase=phase), output_dir=str(out_dir))
+
 
 def compose_bench_config(phase: str, args, data_dir: Path, model_dir: Path, out_dir: Path):
-    """The config `PROFILE=8xh100 bash scripts/run_gsm8k_grpo.sh` composes, at the bench's shape, with the phase's
-    changes; and the overrides the bench passed (besides the tool config, agent loop and reward paths, which
-    compose_trainer_config sets as the launcher does)."""
-    from recipes.agent_loop_inprocess import compose_trainer_config
+    """The config a launch with the arm's knobs composes (recipes/launch/knobs.py, the launcher's own mapping), at
+    the bench's shape, with the arm's changes; and every override that made it."""
+    from recipes.launch.knobs import compose_launch_config, launch_overrides
 
-    launcher = [  # scripts/run_gsm8k_grpo.sh OVERRIDES, but hydra.run.dir (no hydra run here)
-        f"profile={PROFILE}", f"data.train_files={data_dir / 'train.parquet'}",
-        f"data.val_files={data_dir / 'test.parquet'}", f"trainer.experiment_name={EXPERIMENT.format(phase=phase)}",
-        f"trainer.default_local_dir={out_dir}/checkpoints", f"trainer.rollout_data_dir={out_dir}/rollouts",
-        f"trainer.validation_data_dir={out_dir}/validation",
-    ]
+    knobs = bench_knobs(phase, args, data_dir, model_dir, out_dir)
     arms = len(args.arms)  # each arm: its share of the workers, each with the per-worker load of the full step
     shape = [f"data.train_batch_size={args.prompts // arms}", f"actor_rollout_ref.rollout.n={args.n}",
-             f"actor_rollout_ref.rollout.agent.num_workers={args.workers // arms}",
-             f"actor_rollout_ref.model.path={model_dir}"]  # the Qwen2.5 tokenizer; no weights are loaded
+             f"actor_rollout_ref.rollout.agent.num_workers={args.workers // arms}"]
     rollout = "actor_rollout_ref.rollout"
     verl_plain = [f"{rollout}.agent.agent_loop_config_path=null", f"{rollout}.agent.agent_loop_manager_class=null",
                   f"{rollout}.multi_turn.format=hermes"]
@@ -99,24 +101,21 @@ def compose_bench_config(phase: str, args, data_dir: Path, model_dir: Path, out_
         "recipe_untraced": [f"{rollout}.trace.backend=null"],
         "recipe": [f"{rollout}.trace.max_samples_per_step_per_worker=null"] if args.trace_all else [],
     }[phase]
-    overrides = [*launcher, *shape, *changes]
-    return compose_trainer_config(args.tool_set, tuple(overrides)), overrides
+    overrides = [*shape, *changes]
+    return compose_launch_config(knobs, overrides), [*launch_overrides(knobs), *overrides]
 
 
-def start_trace_relay(spool: Path, env: dict[str, str]) -> tuple[subprocess.Popen, str]:
-    """`python -m recipes.trace_relay serve --spool S --url-file F`, as the launcher starts it (W&B from the env);
-    workers find it through TRACE_RELAY_ENV."""
-    url_file = spool.with_name("trace_relay.url")
-    process = subprocess.Popen([sys.executable, "-m", "recipes.trace_relay", "serve", "--spool", str(spool),
-                                "--url-file", str(url_file)], env=env, cwd=REPO_ROOT,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.monotonic() + 60
-    while not url_file.exists():
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            raise RuntimeError(f"the trace relay did not start: {process.communicate()[0][-2000:]}")
-        time.sleep(0.1)
-    return process, url_file.read_text().strip()
+def start_trace_relay(knobs, config, upstream: dict[str, str]):
+    """This node's relay as a one-node launch starts it (recipes/launch/relays.py: its plan for these knobs, kept
+    by a RelayKeeper), sending to `upstream` (the W&B variables the relay reads from the launcher's environment).
+    Workers find it through the returned relays' env (TRACE_RELAY_ENV)."""
+    from recipes.launch.relays import relay_plan, start_relays
+
+    os.environ.update(upstream)  # the keeper starts (and restarts) the relay with this process's environment
+    plan = relay_plan(knobs, config, cluster=False, environ=dict(os.environ))
+    if plan is None:
+        raise RuntimeError("the recipe's config traces nothing: no relay to measure")
+    return plan, start_relays(plan)
 
 
 # ---- what the W&B endpoint acknowledged -----------------------------------------------------------------------
@@ -628,14 +627,16 @@ def setup(args, stack: ExitStack) -> Context:
     stack.callback(recorder_http.stop)
     log(f"W&B endpoint {base} ({'WANDB_BASE_URL' if os.environ.get('WANDB_BASE_URL') else 'loopback stand-in'}),"
         f" acknowledgements recorded at {recorder_http.url}")
-    ctx.spool = ctx.work_dir / "trace_spool"
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "WF_"))}
-    relay_env = {**clean, "WANDB_BASE_URL": recorder_http.url, "WF_TRACE_SERVER_URL": recorder_http.url + "/traces",
-                 "WANDB_API_KEY": key, "WANDB_ERROR_REPORTING": "false"}
-    ctx.relay, relay_url = start_trace_relay(ctx.spool, relay_env)
+    config, _ = compose_bench_config("recipe", args, ctx.data_dir, ctx.model_dir, ctx.work_dir)
+    relay_knobs = bench_knobs("recipe", args, ctx.data_dir, ctx.model_dir, ctx.work_dir)
+    plan, ctx.relays = start_trace_relay(relay_knobs, config, {
+        "WANDB_BASE_URL": recorder_http.url, "WF_TRACE_SERVER_URL": recorder_http.url + "/traces",
+        "WANDB_API_KEY": key, "WANDB_ERROR_REPORTING": "false"})
     stack.callback(_stop_relay, ctx)
-    log(f"trace relay {relay_url} (spool {ctx.spool})")
-    env = {**NO_EGRESS_ENV, TRACE_RELAY_ENV: relay_url, "PYTHONPATH": str(REPO_ROOT),
+    ctx.spool = Path(plan.spool)
+    relay_url = ctx.relays.env[TRACE_RELAY_ENV]
+    log(f"trace relay {relay_url} (spool {ctx.spool}, log {plan.log})")
+    env = {**NO_EGRESS_ENV, **ctx.relays.env, "PYTHONPATH": str(REPO_ROOT),
            # verl's own weave path (the verl_weave phase) reads these; the recipe's workers set the same from
            # TRACE_RELAY_ENV (recipes/tracing.py use_trace_relay)
            "WANDB_BASE_URL": relay_url, "WF_TRACE_SERVER_URL": relay_url + "/traces", "WANDB_API_KEY": RELAY_CLIENT_KEY}
@@ -644,7 +645,6 @@ def setup(args, stack: ExitStack) -> Context:
     ray.init(address="local", num_cpus=args.workers + args.servers + 4, include_dashboard=False,
              log_to_driver=args.verbose, _temp_dir=ray_dir, runtime_env={"env_vars": env})
     stack.callback(ray.shutdown)
-    config, _ = compose_bench_config("recipe", args, ctx.data_dir, ctx.model_dir, ctx.work_dir)
     ctx.dataset = train_dataset(config)
     rollout = config.actor_rollout_ref.rollout
     server_class = ray.remote(GSM8KReplayServer)
@@ -657,12 +657,8 @@ def setup(args, stack: ExitStack) -> Context:
 
 
 def _stop_relay(ctx) -> None:
-    ctx.relay.send_signal(signal.SIGTERM)
-    try:
-        ctx.relay_output = ctx.relay.communicate(timeout=180)[0]
-    except subprocess.TimeoutExpired:
-        ctx.relay.kill()
-        ctx.relay_output = ctx.relay.communicate()[0]
+    """Drain and stop the relay as the launcher does at the end of a run; its summary line for the report."""
+    ctx.relay_summary = "; ".join(summary.line() for summary in ctx.relays.stop())
 
 
 # ---- figures -----------------------------------------------------------------------------------------------------
@@ -848,7 +844,7 @@ def main(argv=None) -> int:
         servers = [ray_get(s.stats.remote()) for s in ctx.servers.values()]
         figures = report(args, results, ctx.recorder)
         print_goals(args, figures)
-    print("\n" + ctx.relay_output.strip().splitlines()[-1] if ctx.relay_output.strip() else "")
+    print("\n" + ctx.relay_summary)
     kinds = Counter()
     for stats in servers:
         kinds.update(stats)
