@@ -694,7 +694,26 @@ def cpu_figures(result: dict) -> dict:
             "max_worker_cpu_per_step_s": max(max(s["worker_cpu_s"]) for s in runs), "shares": shares,
             "rss_step1_mb": rss[0], "rss_end_mb": rss[-1], "rss_by_step_mb": [max(r) for r in rss],
             "threads_cpu_per_step_s": {k: v / len(runs) for k, v in threads.most_common()},
-            "rss_growth_mb": max(end - first for first, end in zip(rss[0], rss[-1], strict=True))}
+            "rss_growth_mb": max(end - first for first, end in zip(rss[0], rss[-1], strict=True)),
+            "rss_slope_mb_per_step": rss_slope(rss)}
+
+
+RSS_SLOPE_STEPS = 30  # a leak grows with the steps; warm-up (allocator arenas, caches, first compiles) levels off
+
+
+def rss_slope(rss: list[list[float]]) -> float:
+    """The steepest worker's least-squares RSS slope (MB per step) over the last RSS_SLOPE_STEPS steps; nan for a
+    run too short to tell a leak from warm-up (fewer than RSS_SLOPE_STEPS + 1 steps)."""
+    if len(rss) <= RSS_SLOPE_STEPS:
+        return float("nan")
+    tail = rss[-RSS_SLOPE_STEPS:]
+    mean_x = (len(tail) - 1) / 2
+    var_x = sum((x - mean_x) ** 2 for x in range(len(tail)))
+    slopes = []
+    for worker in zip(*tail, strict=True):
+        mean_y = sum(worker) / len(worker)
+        slopes.append(sum((x - mean_x) * (y - mean_y) for x, y in enumerate(worker)) / var_x)
+    return max(slopes)
 
 
 def trace_figures(result: dict, recorder: AckRecorder) -> dict:
@@ -762,7 +781,10 @@ def report(args, results: dict[str, dict], recorder: AckRecorder) -> dict:
                 f"{s['step']}: {max(s['rss_mb']):.0f}" for s in result["steps"][::every]))
         print("worker RSS MB after step 1: " + " ".join(f"{v:.0f}" for v in cpu["rss_step1_mb"])
               + "; at the end: " + " ".join(f"{v:.0f}" for v in cpu["rss_end_mb"])
-              + f"; largest growth {cpu['rss_growth_mb']:.1f} MB")
+              + f"; largest growth {cpu['rss_growth_mb']:.1f} MB"
+              + (f"; over the last {RSS_SLOPE_STEPS} steps {cpu['rss_slope_mb_per_step']:.2f} MB per step at most "
+                 f"({50 * cpu['rss_slope_mb_per_step']:.1f} MB per 50 steps)"
+                 if cpu["rss_slope_mb_per_step"] == cpu["rss_slope_mb_per_step"] else ""))
         if tf:
             print(f"traces: {tf['expected']} trajectories expected, {tf['made_trajectories']} traced by the workers "
                   f"({tf['made_calls']} calls), {tf['acked_calls']} calls acknowledged by the W&B endpoint, "

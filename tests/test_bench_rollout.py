@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import runpy
 import subprocess
 import sys
 
@@ -62,11 +63,8 @@ def test_the_run_is_the_recipes_as_the_launcher_composes_it(bench, launcher_over
     recipe = bench["figures"]["results"]["recipe"]
     stdout = bench["stdout"]
     assert "TracedAgentLoopManager, agent loop recipe, parser hermes_with_feedback, trace weave" in stdout
-    # the launcher's overrides for PROFILE=8xh100, every one (hydra.run.dir aside; the tool config, agent loop and
-    # reward paths go through compose_trainer_config, as in every in-process harness)
-    launcher_keys = {o.split("=", 1)[0] for o in launcher_overrides} - {"hydra.run.dir"} - {
-        "actor_rollout_ref.rollout.multi_turn.tool_config_path",
-        "actor_rollout_ref.rollout.agent.agent_loop_config_path", "reward.custom_reward_function.path"}
+    # the launcher's overrides for PROFILE=8xh100, every one (recipes/launch/knobs.py's launch_overrides)
+    launcher_keys = {o.split("=", 1)[0] for o in launcher_overrides}
     assert launcher_keys <= {o.split("=", 1)[0] for o in recipe["overrides"]}
     assert "profile=8xh100" in recipe["overrides"]
 
@@ -117,3 +115,12 @@ def test_over_gsm8k_train_the_calls_follow_its_steps(shared_gsm8k_dir):
         turns = replay_turns(solution, "solve", "x", 4)
         assert sum(len(_calls(t)) for t in turns) == min(steps, 4)
         assert turns[-1].rsplit("####", 1)[1].strip() == solution.rsplit("####", 1)[1].strip()
+
+
+def test_the_rss_slope_tells_a_leak_from_warm_up():
+    rss_slope = runpy.run_path(str(REPO_ROOT / "scripts" / "bench_rollout.py"))["rss_slope"]
+    warm_up = [[1000 + min(step, 10) * 8, 1010 + min(step, 12) * 6] for step in range(51)]  # +80 MB, then flat
+    leak = [[1000 + step * 2.0, 1000 + step * 0.5] for step in range(51)]
+    assert rss_slope(warm_up) == 0.0
+    assert rss_slope(leak) == pytest.approx(2.0)
+    assert rss_slope(leak[:30]) != rss_slope(leak[:30])  # nan: too short to tell
