@@ -1,6 +1,7 @@
-"""The CPU learning check's pieces (recipes/cpu_learning): the synthetic task goes through the recipe's data prep,
-and an SFT transcript is, token for token, what verl's real ToolAgentLoop holds after the same conversation (the
-recipe's config, tool and parser; only the LLM server is scripted, recipes.standins.scripted_llm)."""
+"""The CPU learning check's pieces (recipes/cpu_learning): the synthetic tasks (one step, and chains of 1-3 steps)
+go through the recipe's data prep, and an SFT transcript is, token for token, what verl's real ToolAgentLoop holds
+after the same conversation, for every number of calls of one-, two- and three-step problems (the recipe's config,
+tool and parser; only the LLM server is scripted, recipes.standins.scripted_llm)."""
 
 import asyncio
 import json
@@ -12,7 +13,7 @@ from data_prep.gsm8k_rows import SourceRecord, build_row
 from recipes import agent_loop_inprocess as harness
 from recipes.cpu_learning import task
 from recipes.cpu_learning.small_model import build_from_rows
-from recipes.cpu_learning.transcripts import Renderer, scripted_turns
+from recipes.cpu_learning.transcripts import Renderer, depth_of, expressions_of, scripted_turns
 from recipes.standins.scripted_llm import ScriptedLLM
 from recipes.tool_sets import get_tool_set
 
@@ -33,12 +34,24 @@ def small(tmp_path_factory):
     return AutoTokenizer.from_pretrained(str(folder)), rows_of(splits["test"], "test")
 
 
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory):
+    """A tokenizer built on chain-task rows, and test rows of depths 1, 2, 3, 1, 2, 3."""
+    from transformers import AutoTokenizer
+
+    splits = task.make_splits(train_size=90, test_size=6, seed=5, task="chain")
+    folder = tmp_path_factory.mktemp("chain_model") / "m"
+    build_from_rows(rows_of(splits["train"]), folder, seed=0)
+    return AutoTokenizer.from_pretrained(str(folder)), rows_of(splits["test"], "test")
+
+
 def test_task_is_deterministic_disjoint_and_goes_through_data_prep(tmp_path):
     a, b = task.make_splits(200, 50, seed=7), task.make_splits(200, 50, seed=7)
     assert a == b and a != task.make_splits(200, 50, seed=8)
     assert not {p.question for p in a["train"]} & {p.question for p in a["test"]}
     for problem in a["test"]:
-        assert eval(problem.expression) == problem.answer  # noqa: S307  test-only check of our own strings
+        [(expression, value)] = problem.steps
+        assert eval(expression) == value == problem.answer  # noqa: S307  test-only check of our own strings
     assert task.main(["--out_dir", str(tmp_path / "raw"), "--train_size", "20", "--test_size", "5"]) == 0
     assert data_prep_main(["--input_dir", str(tmp_path / "raw"), "--local_save_dir", str(tmp_path / "data")]) == 0
     import pyarrow.parquet as pq
@@ -60,31 +73,84 @@ def test_tokenizer_digits_markers_and_short_prompt(small):
     assert len(ids) < 160 and 0 < sum(mask) < len(ids)
 
 
-@pytest.mark.parametrize("use_tool", [True, False], ids=["calls_the_tool", "answers_straight_away"])
-def test_sft_transcript_equals_the_agent_loops_tokens(small, use_tool):
-    tok, rows = small
+def test_chain_task_balances_depths_and_chains_each_result_into_the_next_step(tmp_path):
+    splits = task.make_splits(300, 90, seed=11, task="chain")
+    assert splits == task.make_splits(300, 90, seed=11, task="chain")
+    assert not {p.question for p in splits["train"]} & {p.question for p in splits["test"]}
+    for split, size in (("train", 300), ("test", 90)):
+        depths = [p.depth for p in splits[split]]
+        assert [depths.count(d) for d in (1, 2, 3)] == [size // 3] * 3, split
+    for problem in splits["train"]:
+        value = None
+        for i, (expression, result) in enumerate(problem.steps):
+            assert eval(expression) == result > 0  # noqa: S307  test-only check of our own strings
+            if i:  # the step works on the previous result: GSM8K's chaining, what the model must carry over
+                assert expression.startswith(f"{value} ")
+            value = result
+        assert problem.question.count("Then ") == problem.depth - 1
+    # GSM8K's answer format, one <<expr=value>> line per step, read back as the agent loop's rows carry it
+    assert task.main(["--task", "chain", "--out_dir", str(tmp_path / "raw"), "--train_size", "9", "--test_size",
+                      "6", "--seed", "11"]) == 0
+    assert data_prep_main(["--input_dir", str(tmp_path / "raw"), "--local_save_dir", str(tmp_path / "data")]) == 0
+    import pyarrow.parquet as pq
+
+    rows = pq.read_table(tmp_path / "data" / "test.parquet").to_pylist()
+    problems = task.make_splits(9, 6, seed=11, task="chain")["test"]
+    assert [depth_of(r) for r in rows] == [1, 2, 3, 1, 2, 3]
+    assert [expressions_of(r) for r in rows] == [[e for e, _ in p.steps] for p in problems]
+    assert [r["reward_model"]["ground_truth"] for r in rows] == [str(p.answer) for p in problems]
+
+
+def assert_transcript_is_the_agent_loops(tok, row, calls):
+    """The SFT transcript with `calls` calls equals the ids and mask verl's ToolAgentLoop builds from the same
+    turns, with the recipe's real calculator answering each call."""
     config = harness.compose_trainer_config("calculator")
     tools = harness.load_tools(config)
     renderer = Renderer(tok, get_tool_set("calculator").chat_schemas())
+    turns = scripted_turns(row, calls)
+    server = ScriptedLLM(tok, lambda prompt: turns)
+
+    async def go():
+        return await harness.run_rollout(config, tok, server, tools, row)
+
+    output = asyncio.run(go())
+    ids, mask = renderer.render(row, calls)
+    assert output.prompt_ids == ids[: len(output.prompt_ids)]
+    assert output.prompt_ids + output.response_ids == ids
+    assert [0] * len(output.prompt_ids) + list(output.response_mask) == mask
+    assert output.num_turns == 2 + 2 * calls  # user, then per call the call and the tool; then the answer
+    text = tok.decode(output.response_ids)
+    truth = row["reward_model"]["ground_truth"]
+    assert text.count("<tool_response>") == calls and text.endswith(f"#### {truth}<|im_end|>")
+    return text
+
+
+@pytest.mark.parametrize("use_tool", [True, False], ids=["calls_the_tool", "answers_straight_away"])
+def test_sft_transcript_equals_the_agent_loops_tokens(small, use_tool):
+    tok, rows = small
     for row in rows[:3]:
-        call, final = scripted_turns(row)
-        turns = [call, final] if use_tool else [final]
-        server = ScriptedLLM(tok, lambda prompt, turns=turns: turns)
-
-        async def go(row=row, server=server):
-            return await harness.run_rollout(config, tok, server, tools, row)
-
-        output = asyncio.run(go())
-        ids, mask = renderer.render(row, use_tool=use_tool)
-        assert output.prompt_ids == ids[: len(output.prompt_ids)]
-        assert output.prompt_ids + output.response_ids == ids
-        assert [0] * len(output.prompt_ids) + list(output.response_mask) == mask
-        text = tok.decode(output.response_ids)
+        text = assert_transcript_is_the_agent_loops(tok, row, 1 if use_tool else 0)
         truth = row["reward_model"]["ground_truth"]
         if use_tool:
             assert f"<tool_response>\n{truth}\n</tool_response>" in text  # the real tool ran
         else:
-            assert "<tool_response>" not in text and text.startswith(f"#### {truth}")
+            assert text.startswith(f"#### {truth}")
+
+
+def test_chain_transcripts_equal_the_agent_loops_tokens_for_every_number_of_calls(chain):
+    """Depths 1-3, each with 0..depth calls: the tool responses, the mask across several tool turns and the
+    token merging at every assistant/tool boundary are verl's; each call sends the previous call's result."""
+    tok, rows = chain
+    assert [depth_of(r) for r in rows] == [1, 2, 3, 1, 2, 3]
+    for row in rows[:3]:
+        for calls in range(depth_of(row) + 1):
+            text = assert_transcript_is_the_agent_loops(tok, row, calls)
+            results = [r.split("\n</tool_response>")[0] for r in text.split("<tool_response>\n")[1:]]
+            sent = [json.loads(c.split("\n</tool_call>")[0])["arguments"]["expression"]
+                    for c in text.split("<tool_call>\n")[1:]]
+            assert sent == expressions_of(row)[:calls]
+            for result, next_call in zip(results, sent[1:]):
+                assert next_call.startswith(f"{result} ")  # carried from the tool's answer into the next call
 
 
 def test_evaluator_scores_the_agent_loops_rollouts_with_the_recipes_reward(small):
@@ -106,13 +172,14 @@ def test_evaluator_scores_the_agent_loops_rollouts_with_the_recipes_reward(small
 
     config = harness.compose_trainer_config("calculator", OVERRIDES)
     result = score_rollouts(config, tok, ScriptedLLM(tok, script_for), rows, "calculator", 1.0)
-    assert result == {"n": 4, "acc": 0.75, "tool_call_rate": 0.75}
+    assert result == {"n": 4, "acc": 0.75, "tool_call_rate": 0.75, "answers_ops1": 4, "strict_acc_ops1": 0.75,
+                      "tool_calls_per_answer_ops1": 0.75, "correct_multi_op_answers": 0, "calls_per_op": 0.0}
 
     no_tools = [build_row(SourceRecord(r["extra_info"]["question"], r["extra_info"]["answer"], "t", i), "test",
                           get_tool_set("none")) for i, r in enumerate(rows)]
     config = harness.compose_trainer_config("none", OVERRIDES)
     result = score_rollouts(config, tok, ScriptedLLM(tok, lambda p: [f"#### {truth[0]}"]), no_tools, "none", 0.0)
-    assert result == {"n": 4, "acc": 0.25, "tool_call_rate": 0.0}
+    assert (result["n"], result["acc"], result["tool_call_rate"], result["strict_acc_ops1"]) == (4, 0.25, 0.0, 0.25)
 
 
 def test_sft_learns_only_assistant_tokens(small, tmp_path):
@@ -151,7 +218,7 @@ def test_sft_mixes_tool_and_direct_transcripts_at_the_asked_share(small):
 
     tok, rows = small
     renderer = Renderer(tok, get_tool_set("calculator").chat_schemas())
-    pairs = [(renderer.render(row), renderer.render(row, use_tool=False)) for row in rows] * 300
+    pairs = [[renderer.render(row, 0), renderer.render(row)] for row in rows] * 300
     call_id = tok.convert_tokens_to_ids("<tool_call>")
 
     def tool_share(fraction):
@@ -161,6 +228,31 @@ def test_sft_mixes_tool_and_direct_transcripts_at_the_asked_share(small):
 
     assert tool_share(1.0) == 1.0 and tool_share(0.0) == 0.0
     assert abs(tool_share(0.5) - 0.5) < 0.03 and abs(tool_share(0.25) - 0.25) < 0.03
+
+
+def test_sft_on_chains_calls_for_every_step_less_often_the_deeper_the_problem(chain):
+    """Each step is a call with probability tool_fraction, up to the first that is not: the warm start carries a
+    chain to its end with probability tool_fraction ** depth, leaving GRPO the deep problems to learn."""
+    import random
+
+    from recipes.cpu_learning.sft import pick_transcripts
+
+    tok, rows = chain
+    renderer = Renderer(tok, get_tool_set("calculator").chat_schemas())
+    by_calls = [[renderer.render(row, calls) for calls in range(depth_of(row) + 1)] for row in rows]
+    call_id = tok.convert_tokens_to_ids("<tool_call>")
+
+    def calls_learned(ids, mask):  # the model's own <tool_call>s (the prompt's tool instructions hold some too)
+        return sum(t == call_id and m for t, m in zip(ids, mask, strict=True))
+
+    picked = pick_transcripts(by_calls * 2000, 0.7, random.Random(0))
+    for depth in (1, 2, 3):
+        calls = [calls_learned(*example) for example, row in zip(picked, rows * 2000, strict=True)
+                 if depth_of(row) == depth]
+        assert abs(sum(c == depth for c in calls) / len(calls) - 0.7 ** depth) < 0.02, depth
+        assert abs(sum(c == 0 for c in calls) / len(calls) - 0.3) < 0.02, depth
+    assert [calls_learned(*example) for example in pick_transcripts(by_calls, 1.0, random.Random(1))] == [
+        depth_of(row) for row in rows]
 
 
 def test_flipped_reward_negates_only_the_score():
@@ -176,17 +268,48 @@ def test_flipped_reward_negates_only_the_score():
 @pytest.mark.parametrize("scores, failed", [
     ((0.37, 0.76, 0.0, 0.99), []),  # seed 0's run
     ((0.37, 0.55, 0.0, 0.99), ["after GRPO"]),  # +18 points only
-    ((0.016, 0.30, 0.0, 1.0), ["SFT start"]),  # a start below the gate: +28 points, but not a fair test
+    ((0.531, 0.934, 0.0, 0.99), []),  # a start above the 10-50% range: noted, not judged (it learned +40)
     ((0.37, 0.76, 0.60, 0.70), ["tool-call rate", "tools on"]),
 ])
 def test_the_bar_names_each_criterion_it_fails(scores, failed):
     from recipes.cpu_learning.bar import judge
 
     verdicts = judge(*scores)
-    assert len(verdicts) == 4
+    assert len(verdicts) == 3
     failed_texts = [text for ok, text in verdicts if not ok]
     assert len(failed_texts) == len(failed), failed_texts
     assert all(text.startswith(prefix) for text, prefix in zip(failed_texts, failed, strict=True)), failed_texts
+
+
+def chain_summary(acc, acc3, calls_per_op=1.0, rate=1.0):
+    return {"strict_acc": acc, "strict_acc_ops1": 0.9, "strict_acc_ops3": acc3, "tool_call_rate": rate,
+            "calls_per_op": calls_per_op, "correct_multi_op_answers": 100}
+
+
+@pytest.mark.parametrize("final, failed", [
+    (chain_summary(0.70, 0.60), []),
+    (chain_summary(0.70, 0.35), ["3-step problems"]),  # the overall gain came from the shallow problems
+    (chain_summary(0.70, 0.60, calls_per_op=0.7), ["calls per operation"]),  # right, but steps done in its head
+    (chain_summary(0.45, 0.60), ["after GRPO"]),
+])
+def test_the_chain_bar_judges_the_deepest_problems_and_calls_per_operation(final, failed, tmp_path, capsys):
+    from recipes.cpu_learning import bar
+
+    sft, off = chain_summary(0.30, 0.20, calls_per_op=0.5), chain_summary(0.0, 0.0, rate=0.0)
+    verdicts = bar.judge_chain(sft, final, off)
+    assert len(verdicts) == 5
+    assert [text.split(" ")[0] for ok, text in verdicts if not ok] == [f.split(" ")[0] for f in failed]
+    paths = []
+    for name, summary in (("sft", sft), ("final", final), ("off", off)):
+        paths += [f"--{'tools_off' if name == 'off' else name}", str(tmp_path / f"{name}.json")]
+        (tmp_path / f"{name}.json").write_text(json.dumps(summary))
+    assert bar.main([*paths, "--task", "chain"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("[bar] note  SFT start 0.300: inside")
+    assert out[-1] == f"[bar] {'NOT met' if failed else 'met'} (chain task)"
+    with pytest.raises(SystemExit):  # a one-step summary has no depth breakdown to judge
+        (tmp_path / "final.json").write_text(json.dumps({"strict_acc": 0.7, "tool_call_rate": 1.0}))
+        bar.main([*paths, "--task", "chain"])
 
 
 def test_sft_stops_and_saves_nothing_when_the_tool_only_phase_has_not_converged(small, tmp_path):

@@ -124,8 +124,9 @@ def answer_turns(row: dict) -> str:
     """Text like the assistant turns and tool responses, so their pieces get merges too."""
     from recipes.cpu_learning.transcripts import scripted_turns
 
-    call, final = scripted_turns(row)
-    return f"{call}<|im_end|>\n<|im_start|>user\n<tool_response>\n0\n</tool_response><|im_end|>\n{final}<|im_end|>"
+    *calls, final = scripted_turns(row)
+    tool_turn = "<|im_end|>\n<|im_start|>user\n<tool_response>\n0\n</tool_response><|im_end|>\n"
+    return "".join(call + tool_turn for call in calls) + f"{final}<|im_end|>"
 
 
 def main(argv: list[str] | None = None) -> int:

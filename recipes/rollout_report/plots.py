@@ -37,6 +37,30 @@ def plot_steps(series: dict[str, list[dict]], out: Path, floor: float) -> Path:
     return path
 
 
+def plot_ops(series: dict[str, dict[int, list[dict]]], out: Path) -> Path:
+    """Accuracy and tool calls per rollout by step, one line per number of reference operations (`ref_ops`) and
+    dump folder: does the model learn the longer chains, and call the tool once per step?"""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), constrained_layout=True)
+    for ax, (key, title) in zip(axes, (("accuracy", "accuracy by operations needed"),
+                                       ("tool_calls_per_rollout", "tool calls per rollout by operations needed")),
+                                strict=True):
+        for label, by_ops in series.items():
+            for ops, steps in by_ops.items():
+                ax.plot([s["step"] for s in steps], [s[key] for s in steps], marker="o" if label == "validation"
+                        else None, linestyle=":" if label == "validation" else "-", label=f"{label}, {ops} ops")
+        if key == "accuracy":
+            ax.set_ylim(-0.02, 1.02)
+        ax.set_title(title)
+        ax.set_xlabel("training step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    path = out / "by_ops.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def plot_prompts(per_prompt: dict[str, dict[int, float]], prompts: list[str], out: Path) -> Path:
     fig, ax = plt.subplots(figsize=(11, 0.5 * len(prompts) + 2.5), constrained_layout=True)
     steps = sorted({s for p in prompts for s in per_prompt[p]})
