@@ -11,6 +11,7 @@ import pytest
 from data_prep.gsm8k import main as data_prep_main
 from data_prep.gsm8k_rows import SourceRecord, build_row
 from recipes import agent_loop_inprocess as harness
+from recipes.constants import REPO_ROOT
 from recipes.cpu_learning import task
 from recipes.cpu_learning.small_model import build_from_rows
 from recipes.cpu_learning.transcripts import Renderer, depth_of, expressions_of, scripted_turns
@@ -149,7 +150,7 @@ def test_chain_transcripts_equal_the_agent_loops_tokens_for_every_number_of_call
             sent = [json.loads(c.split("\n</tool_call>")[0])["arguments"]["expression"]
                     for c in text.split("<tool_call>\n")[1:]]
             assert sent == expressions_of(row)[:calls]
-            for result, next_call in zip(results, sent[1:]):
+            for result, next_call in zip(results[:-1], sent[1:], strict=True):
                 assert next_call.startswith(f"{result} ")  # carried from the tool's answer into the next call
 
 
@@ -253,6 +254,31 @@ def test_sft_on_chains_calls_for_every_step_less_often_the_deeper_the_problem(ch
         assert abs(sum(c == 0 for c in calls) / len(calls) - 0.3) < 0.02, depth
     assert [calls_learned(*example) for example in pick_transcripts(by_calls, 1.0, random.Random(1))] == [
         depth_of(row) for row in rows]
+
+
+def test_the_unmasked_loop_trains_on_tool_tokens_and_scores_as_the_recipe(chain):
+    """The broken-on-purpose loop (tests/testkit/unmasked_agent_loop.yaml): the same rollout and score as the
+    recipe's, with the tool responses' tokens in the response mask."""
+    from omegaconf import OmegaConf
+
+    from recipes.agent_loop import REWARD_EXTRA_INFO, ScoredToolAgentLoop
+    from testkit.unmasked_agent_loop import UnmaskedToolAgentLoop
+
+    tok, rows = chain
+    row = rows[2]  # three steps
+    [entry] = OmegaConf.load(REPO_ROOT / "tests" / "testkit" / "unmasked_agent_loop.yaml")
+    assert entry["name"] == "tool_agent" and entry["_target_"] == "testkit.unmasked_agent_loop.UnmaskedToolAgentLoop"
+    config = harness.compose_trainer_config("calculator")
+    tools = harness.load_tools(config)
+    outputs = []
+    for loop_class in (ScoredToolAgentLoop, UnmaskedToolAgentLoop):
+        server = ScriptedLLM(tok, lambda prompt: scripted_turns(row))
+        outputs.append(asyncio.run(harness.run_rollout(config, tok, server, tools, row, loop_class)))
+    recipe, unmasked = outputs
+    assert recipe.response_ids == unmasked.response_ids and 0 in recipe.response_mask
+    assert set(unmasked.response_mask) == {1} and len(unmasked.response_mask) == len(recipe.response_mask)
+    assert recipe.reward_score == unmasked.reward_score == 1.0
+    assert unmasked.extra_fields[REWARD_EXTRA_INFO]["num_tool_calls"] == 3
 
 
 def test_flipped_reward_negates_only_the_score():

@@ -138,7 +138,7 @@ def test_a_three_step_chain_reads_as_call_result_call_on_that_result():
     calls, results = messages[2:8:2], messages[3:8:2]
     sent = [json.loads(m["tool_calls"][0]["function"]["arguments"])["expression"] for m in calls]
     assert sent == expressions_of(row) and [r["content"] for r in results] == [str(v) for _, v in problem.steps]
-    for result, next_call in zip(results, sent[1:]):  # each result carried into the next call
+    for result, next_call in zip(results[:-1], sent[1:], strict=True):  # each result carried into the next call
         assert next_call.split(" ")[0] == result["content"]
     assert [r["tool_call_id"] for r in results] == [m["tool_calls"][0]["id"] for m in calls]
     assert messages[-1] == {"role": "assistant", "content": f"#### {problem.answer}"}
