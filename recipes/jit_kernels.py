@@ -1,87 +1,208 @@
-"""Compile, without a GPU, the CUDA kernels a 1-GPU (H100) run of the recipe compiles at first use, into the caches
-the run reads: SGLang's JIT activation kernel (tvm-ffi, ~/.cache/tvm-ffi) and FlashInfer's attention modules
-(~/.cache/flashinfer/<version>/90a/cached_ops).
+"""Compile, without a GPU, every CUDA module an H100 run of the recipe compiles with nvcc at first use
+(recipes/kernel_census.py lists them), into the caches the run reads: SGLang's JIT kernels (tvm-ffi,
+~/.cache/tvm-ffi or TVM_FFI_CACHE_DIR) and FlashInfer's modules (~/.cache/flashinfer/<version>/90a/cached_ops,
+under FLASHINFER_WORKSPACE_BASE if set). One line per module with its time and the models it serves; exit 1 if
+any does not compile (the others are still built).
 
-What SGLang 0.5.12 asks for on an H100 with a Qwen2.5 model (bf16, no sliding window, no logit cap):
-- SiLU-and-mul (sglang/srt/layers/activation.py forward_cuda -> sglang.jit_kernel.activation): built for the arch
-  torch reports, 9.0 (sm_90, not 9.0a), with PDL on; the kernel is templated on dtype only, not on hidden size.
-- FlashInfer (sglang/srt/layers/attention/flashinfer_backend.py): paged prefill with backend "fa2", decode with
-  tensor cores (Qwen2.5's GQA groups are 6 to 8 >= 4) through the same fa2 prefill module, ragged prefill with
-  backend "auto", which FlashInfer resolves to "fa3" on sm_90a; the plain decode module serves GQA groups < 4.
-  FlashInfer builds for 9.0a on Hopper. Head dim 64 (Qwen2.5-0.5B) and 128 (1.5B, 3B, 7B, 14B, 32B).
+How SGLang 0.5.12 + FlashInfer 0.6.11 use them for Qwen2.5 on an H100 (docs/first-use-kernels.md has file:line):
+- SGLang's tvm-ffi kernels are built for the arch torch reports, 9.0 (not 9.0a), with PDL on: SiLU-and-mul and
+  RoPE (per head dim) and the KV-cache store (per KV row size) as the server starts and captures its CUDA graphs;
+  decode positions (clamp_position) at the first decode batch; the overlap scheduler's future token ids at the
+  first batch.
+- FlashInfer builds for 9.0a. Prefill and decode both run its fa2 batch-prefill module: SGLang's piecewise CUDA
+  graph (on by default) runs a normal prefill through the paged wrapper (fa2), and decode uses tensor cores for
+  Qwen2.5's GQA groups (6 to 8, >= 4), which FlashInfer serves with the same fa2 module. The ragged wrapper
+  ("auto", resolved to fa3 on sm_90a) and merge_state (the cascade module) run only for an extend the piecewise
+  graph does not take. The plain decode module would serve GQA groups < 4: no Qwen2.5 model has one.
+- Three Triton kernels run too (FlashInfer's KV indices, req-to-token writes, extend positions); Triton compiles
+  them with its own ptxas, not nvcc: this checks they import and that ptxas is the env's.
 
-    python -m recipes.jit_kernels [--head-dims 64 128]      # the env's CUDA_HOME and caches; one line per kernel
+tvm-ffi names a kernel's cache folder by a hash of its sources, which `#include` SGLang's headers by absolute path:
+kernels built here are reused only by an env at the same path (FlashInfer's cache has no such hash).
+
+    python -m recipes.jit_kernels [--head-dims 64 128]   # the env's CUDA_HOME and caches
+    python -m recipes.jit_kernels --list                 # the modules it would build, building nothing
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
+from collections.abc import Callable
+from contextlib import contextmanager
 from pathlib import Path
+
+from recipes.kernel_census import QWEN25, Module, census, shapes_with_head_dims
 
 SGLANG_ARCH = (9, 0)         # torch.cuda.get_device_capability() on an H100
 FLASHINFER_ARCH = "9.0a"     # FlashInfer adds the 'a' for sm_90 (flashinfer/compilation_context.py)
-QWEN25_HEAD_DIMS = (64, 128)
+# The Triton kernels SGLang launches on this path: (module, function).
+TRITON_KERNELS = (
+    ("sglang.srt.layers.attention.utils", "create_flashinfer_kv_indices_triton"),
+    ("sglang.srt.mem_cache.common", "write_req_to_token_pool_triton"),
+    ("sglang.srt.model_executor.forward_batch_info", "compute_position_kernel"),
+)
 
 
-def _timed(label: str, build) -> Path:
-    start = time.monotonic()
-    path = Path(build())
-    print(f"[jit_kernels] {label}: {time.monotonic() - start:.0f} s -> {path} "
-          f"({path.stat().st_size / 2**20:.1f} MiB)", flush=True)
+def tvm_ffi_cache() -> Path:
+    return Path(os.environ.get("TVM_FFI_CACHE_DIR", "~/.cache/tvm-ffi")).expanduser()
+
+
+@contextmanager
+def _build_without_loading(names: list[str]):
+    """SGLang's load_jit calls tvm_ffi.cpp.load_inline (compile, then load the .so, which needs a GPU driver);
+    inside this it only compiles, returns the .so path and records the module name SGLang gave it."""
+    import tvm_ffi.cpp
+
+    def build_only(name, *, keep_module_alive=True, **kwargs):  # noqa: ARG001 - load_inline's signature
+        names.append(name)
+        return tvm_ffi.cpp.build_inline(name, **kwargs)
+
+    original = tvm_ffi.cpp.load_inline
+    tvm_ffi.cpp.load_inline = build_only
+    try:
+        yield
+    finally:
+        tvm_ffi.cpp.load_inline = original
+
+
+def _sglang_call(module: Module) -> Callable[[], object]:
+    import torch
+    from sglang.jit_kernel import activation, clamp_position, kvcache, resolve_future_token_ids, rope
+
+    return {
+        "activation": lambda: activation._jit_activation_module(torch.bfloat16),
+        "fused_rope": lambda: rope._jit_fused_rope_module(True, module.param, torch.bfloat16),
+        "kvcache": lambda: kvcache._jit_kvcache_module(module.param),
+        "clamp_position": lambda: clamp_position._jit_clamp_position_module(torch.int64),
+        "resolve_future_token_ids": lambda: resolve_future_token_ids._jit_resolve_future_token_ids_module(
+            torch.int64),
+    }[module.kind]
+
+
+def build_sglang(module: Module) -> Path:
+    """One SGLang kernel, through SGLang's own JIT entry point, as the server's first call builds it."""
+    from sglang.jit_kernel.utils import override_jit_cuda_arch
+
+    names: list[str] = []
+    with override_jit_cuda_arch(*SGLANG_ARCH), _build_without_loading(names):
+        path = Path(_sglang_call(module)())
+    if names != [module.name]:
+        raise RuntimeError(f"SGLang named the module {names}, the census {module.name!r}: the installed sglang "
+                           "differs from the one recipes/kernel_census.py was read from")
     return path
 
 
-def build_activation() -> Path:
-    """SGLang's SiLU-and-mul for bf16, as the first MLP call on an H100 builds it; the .so it left in the cache."""
+def _flashinfer_spec(module: Module):
+    os.environ.setdefault("FLASHINFER_CUDA_ARCH_LIST", FLASHINFER_ARCH)  # read when flashinfer is first imported
     import torch
-    from sglang.jit_kernel import activation
-    from sglang.jit_kernel.utils import override_jit_cuda_arch
+    from flashinfer.jit.attention.modules import gen_batch_prefill_module
+    from flashinfer.jit.cascade import gen_cascade_module
 
-    cache = Path(os.environ.get("TVM_FFI_CACHE_DIR", "~/.cache/tvm-ffi")).expanduser()
-    before = set(cache.glob("sgl_kernel_jit_activation_*/*.so"))
-    with override_jit_cuda_arch(*SGLANG_ARCH):
+    if module.kind == "cascade":
+        return gen_cascade_module()
+    # q, kv, out dtypes, index dtype, qk and vo head dims, no rope in the kernel, no window, no soft cap, no fp16 qk
+    return gen_batch_prefill_module(module.kind, torch.bfloat16, torch.bfloat16, torch.bfloat16, torch.int32,
+                                    module.param, module.param, 0, False, False, False)
+
+
+def build_flashinfer(module: Module) -> Path:
+    spec = _flashinfer_spec(module)
+    if spec.name != module.name:
+        raise RuntimeError(f"FlashInfer names the module {spec.name!r}, the census {module.name!r}: the installed "
+                           "flashinfer differs from the one recipes/kernel_census.py was read from")
+    spec.build(verbose=False)
+    return Path(spec.jit_library_path)
+
+
+BUILDERS: dict[str, Callable[[Module], Path]] = {"sglang": build_sglang, "flashinfer": build_flashinfer}
+
+
+def describe(module: Module) -> str:
+    return f"{module.what}; {', '.join(module.models)}; built at {module.when}"
+
+
+def _first_line(err: BaseException) -> str:
+    lines = [line for line in str(err).splitlines() if line.strip()]
+    errors = [line for line in lines if re.search(r"\berror\b", line, re.I)]
+    return f"{type(err).__name__}: {(errors or lines or [''])[0].strip()[:300]}"
+
+
+def build_all(modules: list[Module], builders=None) -> tuple[dict[str, float], list[str]]:
+    """Builds each module, printing one line each; returns ({key: seconds} of those built, [keys that failed])."""
+    builders = builders or BUILDERS
+    seconds, failed = {}, []
+    for module in modules:
+        start = time.monotonic()
         try:
-            activation._jit_activation_module(torch.bfloat16)
-        except Exception as err:  # built, but loading may need a GPU driver; the build step raises RuntimeError
-            built = set(cache.glob("sgl_kernel_jit_activation_*/*.so")) - before
-            if not built and not any("bf16" in p.parent.name for p in before):
-                raise
-            print(f"[jit_kernels] activation built; not loadable here ({type(err).__name__}: "
-                  f"{str(err).splitlines()[0][:120]})", flush=True)
-    found = sorted(cache.glob("sgl_kernel_jit_activation_bf16*/*.so"), key=lambda p: p.stat().st_mtime)
-    if not found:
-        raise RuntimeError(f"no activation module in {cache} after the build")
-    return found[-1]
+            path = builders[module.library](module)
+        except Exception as err:
+            failed.append(module.key)
+            print(f"[jit_kernels] FAILED {module.key} after {time.monotonic() - start:.0f} s ({describe(module)}): "
+                  f"{_first_line(err)}", flush=True)
+            continue
+        seconds[module.key] = time.monotonic() - start
+        size = path.stat().st_size / 2**20 if path.is_file() else 0.0
+        print(f"[jit_kernels] {module.key}: {seconds[module.key]:.0f} s ({describe(module)}) -> {path} "
+              f"({size:.1f} MiB)", flush=True)
+    return seconds, failed
 
 
-def flashinfer_specs(head_dims) -> list:
-    import torch
-    from flashinfer.jit.attention.modules import gen_batch_decode_module, gen_batch_prefill_module
+def check_triton() -> list[str]:
+    """The Triton kernels import and Triton's ptxas is the env's own (sys.prefix); one line each."""
+    import importlib
 
-    specs = []
-    for head_dim in head_dims:
-        # q, kv, out dtypes, index dtype, qk and vo head dims, no rope in the kernel, no window, no soft cap
-        shape = (torch.bfloat16, torch.bfloat16, torch.bfloat16, torch.int32, head_dim, head_dim, 0, False, False)
-        specs.append((f"fa2 prefill+decode, head_dim {head_dim}", gen_batch_prefill_module("fa2", *shape, False)))
-        specs.append((f"fa3 ragged prefill, head_dim {head_dim}", gen_batch_prefill_module("fa3", *shape, False)))
-        specs.append((f"plain decode, head_dim {head_dim}", gen_batch_decode_module(*shape)))
-    return specs
+    from triton import knobs
+
+    ptxas = knobs.nvidia.ptxas  # raises RuntimeError when there is none that runs
+    inside = Path(sys.prefix).resolve() in Path(ptxas.path).resolve().parents
+    if not inside:
+        raise RuntimeError(f"Triton's ptxas is {ptxas.path}, outside this env ({sys.prefix}); unset "
+                           "TRITON_PTXAS_PATH")
+    lines = [f"Triton ptxas: {ptxas.path} (CUDA {ptxas.version}, the env's own)"]
+    for module_name, function in TRITON_KERNELS:
+        getattr(importlib.import_module(module_name), function)
+        lines.append(f"Triton kernel {function} ({module_name}) imports")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--head-dims", type=int, nargs="+", default=list(QWEN25_HEAD_DIMS))
+    parser.add_argument("--head-dims", type=int, nargs="+", default=sorted({s.head_dim for s in QWEN25}),
+                        help="build for the Qwen2.5 models with these head dims (64: 0.5B; 128: 1.5B, 3B, 7B)")
+    parser.add_argument("--list", action="store_true", help="print the modules it would build and exit")
     args = parser.parse_args(argv)
-    os.environ.setdefault("FLASHINFER_CUDA_ARCH_LIST", FLASHINFER_ARCH)  # before flashinfer is imported
-    print(f"[jit_kernels] CUDA_HOME={os.environ.get('CUDA_HOME', '(unset)')}", flush=True)
+    try:
+        modules = census(shapes_with_head_dims(args.head_dims))
+    except ValueError as err:
+        parser.error(str(err))
+    if args.list:
+        for module in modules:
+            print(f"{module.key}\t{module.library}\t{module.name}\t{describe(module)}")
+        return 0
+    os.environ.setdefault("FLASHINFER_CUDA_ARCH_LIST", FLASHINFER_ARCH)  # before anything imports flashinfer
+    print(f"[jit_kernels] CUDA_HOME={os.environ.get('CUDA_HOME', '(unset)')}; {len(modules)} modules for "
+          f"head dims {' '.join(map(str, args.head_dims))}", flush=True)
     start = time.monotonic()
-    _timed("sglang activation (silu_and_mul, bf16, sm_90)", build_activation)
-    for label, spec in flashinfer_specs(args.head_dims):
-        _timed(f"flashinfer {label}, sm_90a", lambda spec=spec: (spec.build(verbose=False), spec.jit_library_path)[1])
-    print(f"[jit_kernels] all compiled in {time.monotonic() - start:.0f} s", flush=True)
+    seconds, failed = build_all(modules)
+    total = time.monotonic() - start
+    try:
+        triton_lines = check_triton()
+    except Exception as err:
+        failed.append("triton")
+        triton_lines = [f"FAILED triton: {_first_line(err)}"]
+    for line in triton_lines:
+        print(f"[jit_kernels] {line}", flush=True)
+    if failed:
+        print(f"[jit_kernels] {len(failed)} of {len(modules)} did not compile or check: {', '.join(failed)} (the "
+              "first error of each is above)", file=sys.stderr, flush=True)
+        return 1
+    print(f"[jit_kernels] all {len(modules)} modules compiled in {total:.0f} s", flush=True)
+    print("RESULT " + " ".join(f"gpu_kernel_{key}_seconds={value:.0f}" for key, value in seconds.items())
+          + f" gpu_kernel_compile_total_seconds={total:.0f}", flush=True)
     return 0
 
 

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Does the GPU env compile the kernels an H100 run compiles at first use? On any x86_64 Linux machine, no GPU needed:
-# builds the env from requirements/gpu.txt with the README's installer (CHECK_DRIVER=0), then, with only that env's
-# toolchain, compiles for Hopper SGLang's JIT activation kernel and FlashInfer's fa2/fa3 prefill and decode modules
-# for Qwen2.5's head dims (recipes/jit_kernels.py says which and why), into fresh caches. Exit 0 when all compile.
+# Does the GPU env compile every kernel an H100 run compiles at first use? On any x86_64 Linux machine, no GPU
+# needed: builds the env from requirements/gpu.txt with the README's installer (CHECK_DRIVER=0), then, with only
+# that env's toolchain, compiles into fresh caches every nvcc module of the census (recipes/kernel_census.py:
+# SGLang's activation, RoPE, KV-cache store, clamp_position and resolve_future_token_ids kernels, FlashInfer's
+# fa2/fa3 attention and cascade modules, for Qwen2.5's head dims), one line per module with its time, and checks
+# that Triton's ptxas is the env's. Exit 0 when all compile; the last line is a RESULT line for
+# scripts/record_measured.py.
 #
 #   bash scripts/check_gpu_kernels.sh                       # ~10 GB disk; tens of minutes on 2 cores (docs/measured.md)
 #   VENV=/big/disk/env MAX_JOBS=8 bash scripts/check_gpu_kernels.sh
@@ -16,7 +19,7 @@ REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 VENV=${VENV:-/tmp/gsm8k-gpu-check/env}               # the env to build (reused: the installer syncs it to the lock)
 PYTHON=${PYTHON:-python3.12}
 MAX_JOBS=${MAX_JOBS:-$(nproc)}                         # parallel compiles (ninja)
-HEAD_DIMS=${HEAD_DIMS:-64 128}                         # Qwen2.5-0.5B: 64; 1.5B and larger: 128
+HEAD_DIMS=${HEAD_DIMS:-64 128}                         # Qwen2.5-0.5B: 64; 1.5B, 3B, 7B: 128
 CACHES=${CACHES:-$VENV.jit-cache}                     # where the kernels are compiled (not ~/.cache)
 FRESH=${FRESH:-1}                                      # 1: empty CACHES first, so every kernel is compiled now
 
@@ -59,4 +62,6 @@ if grep -rhE '^ *(nvcc|cuda_home) *=' "$CACHES" --include=build.ninja | grep -v 
     | sort -u | grep .; then
   die "a kernel was built with an nvcc outside the env (above)"
 fi
-say "PASS: compiled in ${COMPILE_S} s with MAX_JOBS=$MAX_JOBS (install ${INSTALL_S} s); caches $(du -sh "$CACHES" | cut -f1), env $(du -sh "$VENV" | cut -f1)"
+CACHE_MIB=$(du -sm "$CACHES" | cut -f1)
+say "PASS: compiled in ${COMPILE_S} s with MAX_JOBS=$MAX_JOBS (install ${INSTALL_S} s); caches ${CACHE_MIB} MiB, env $(du -sh "$VENV" | cut -f1)"
+echo "RESULT gpu_kernel_check_seconds=$((SECONDS - T0)) gpu_kernel_check_install_seconds=$INSTALL_S gpu_kernel_cache_mib=$CACHE_MIB"

@@ -37,7 +37,7 @@ UV_VERSION=0.13.9                                   # the uv that wrote the lock
 if [ "$IN_IMAGE" = 1 ]; then UV_DEFAULT=/tmp/uv-$UV_VERSION; else UV_DEFAULT=$VENV/.uv-$UV_VERSION; fi
 UV_DIR=${UV_DIR:-$UV_DEFAULT}                       # uv lives beside the env, not in it: sync would remove it
 CHECK_DRIVER=${CHECK_DRIVER:-1}                     # 0: install on a machine without the GPU driver
-WARM_HEAD_DIMS=${WARM_HEAD_DIMS:-64 128}            # --warm-kernels: Qwen2.5-0.5B has head_dim 64, 1.5B and up 128
+WARM_HEAD_DIMS=${WARM_HEAD_DIMS:-64 128}            # --warm-kernels: Qwen2.5-0.5B has head_dim 64; 1.5B, 3B, 7B 128
 export UV_PYTHON_DOWNLOADS=never                    # use the Python given, never a downloaded one
 
 die() { echo "error: $*" >&2; exit 1; }
@@ -111,7 +111,8 @@ SITE=$("$TARGET" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 "$TARGET" -m recipes.sglang_patch "$SITE" || die "SGLang's activation kernel cannot be patched (above)"
 "$TARGET" -m recipes.cuda_toolchain prepare || die "the env's CUDA compiler cannot be set up (above)"
 if [ "$WARM_KERNELS" = 1 ]; then
-  say "compiling the kernels an H100 run compiles at first use, into ~/.cache/tvm-ffi and ~/.cache/flashinfer"
+  say "compiling the kernels an H100 run compiles at first use (recipes/kernel_census.py), into ~/.cache/tvm-ffi" \
+      "and ~/.cache/flashinfer; SGLang's serve only an env at this same path (docs/first-use-kernels.md)"
   # shellcheck disable=SC2086  # a list
   "$TARGET" -m recipes.jit_kernels --head-dims $WARM_HEAD_DIMS || die "a kernel did not compile (above)"
 fi

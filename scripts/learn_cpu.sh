@@ -59,6 +59,12 @@ export PYTHONPATH="$REPO_ROOT${PYTHONPATH:+:$PYTHONPATH}"
 export TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 log() { echo "[learn_cpu] $*" >&2; }
 START=$SECONDS
+if [ -n "$SFT_MODEL" ]; then
+  # checked and set aside before WORK_DIR is cleared: the documented SFT_MODEL lies inside the last run's WORK_DIR
+  [ -f "$SFT_MODEL/config.json" ] || { log "error: SFT_MODEL=$SFT_MODEL is not a model folder (no config.json); nothing was changed"; exit 1; }
+  KEPT_SFT=$(mktemp -d "${TMPDIR:-/tmp}/learn_cpu_sft.XXXXXX")
+  cp -r "$SFT_MODEL/." "$KEPT_SFT/"
+fi
 rm -rf "$WORK_DIR" && mkdir -p "$WORK_DIR"
 SIZES=()  # what the task needs beyond the profile's sizes: GRPO and every evaluation get the same
 [ -z "$MAX_TURNS" ] || SIZES+=("actor_rollout_ref.rollout.multi_turn.max_assistant_turns=$MAX_TURNS")
@@ -70,7 +76,7 @@ SIZES=()  # what the task needs beyond the profile's sizes: GRPO and every evalu
 "$PYTHON" data_prep/gsm8k.py --input_dir "$WORK_DIR/task" --local_save_dir "$WORK_DIR/data_notools" --tool_set none
 if [ -n "$SFT_MODEL" ]; then
   log "SFT: skipped, starting from $SFT_MODEL"
-  cp -r "$SFT_MODEL" "$WORK_DIR/model_sft"
+  mv "$KEPT_SFT" "$WORK_DIR/model_sft"
 else
   # a warm start stuck before it copies the tool's result (a loss plateau, seen on 2 of 4 seeds) does not get
   # unstuck with more steps; a fresh init does. Each attempt is logged; the RESULT line counts them.

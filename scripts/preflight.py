@@ -1,11 +1,14 @@
 """Preflight for scripts/run_gsm8k_grpo.sh: everything that can be checked before a GPU is used.
 
-    python scripts/preflight.py [--launch | --submit] [--print-plan] [--write-config FILE] -- <hydra overrides>
+    python scripts/preflight.py [--launch | --submit | --node-check] [--print-plan] [--write-config FILE] -- <overrides>
 
 Composes the recipe config exactly as the launch will, runs verl's validate_config and builds the rollout and
 actor config dataclasses, then checks data, tools, reward, agent loops, tracing, LoRA, rollout concurrency and
 (on several nodes) shared outputs; with --launch also this node's GPUs, W&B credentials and disk space; with
 --submit (a Ray job) credentials and disk space. Warnings go to stderr; errors too, one line each, exit 1.
+--node-check (the launcher's CHECK_ONLY=1) runs every --launch check and prints a line for each GPU-node check
+(GPUs seen, NVIDIA driver, CUDA compiler, host compiler, SGLang's patched header, the JIT kernel caches and the
+modules of the first-use census they lack), then a verdict; it starts nothing, so a node is checked in seconds.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--launch", action="store_true", help="about to train on this node: also GPUs, credentials, disk")
     mode.add_argument("--submit", action="store_true", help="about to submit a Ray job: also credentials, disk")
+    mode.add_argument("--node-check", action="store_true",
+                      help="check this node as --launch does, with a line per GPU-node check, and stop there")
     p.add_argument("--print-plan", action="store_true",
                    help="print what the launch would do (model, data, tools, GPUs, batch, tracing, outputs)")
     p.add_argument("--write-config", metavar="FILE", help="write the composed config (YAML) to FILE")
@@ -50,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
         write_config(config, args.write_config)
     if args.trace_backend_to:
         Path(args.trace_backend_to).write_text("weave" if _traces(config) else "off")
+    if args.node_check:
+        return _node_verdict(report)
     if report.errors:
         print(f"[preflight] {len(report.errors)} problem(s); nothing was started.", file=sys.stderr)
         return 1
@@ -63,6 +70,17 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(plan_lines(config, args.write_config)))
     elif not OmegaConf.select(config, "trainer.use_v1"):
         print(f"[launch] trainer: {LEGACY_TRAINER_NOTE}", file=sys.stderr)
+    return 0
+
+
+def _node_verdict(report) -> int:
+    """The node check's last line: the launch would (not) start here; 0 or 1 as the launch preflight's exit."""
+    if report.errors:
+        print(f"[preflight] node check: {len(report.errors)} problem(s) above would stop a launch here; nothing was "
+              "started", file=sys.stderr)
+        return 1
+    print(f"[preflight] node check: ok, a launch would start here ({len(report.warnings)} warning(s)); nothing was "
+          "started", file=sys.stderr)
     return 0
 
 
@@ -89,7 +107,7 @@ def _check(args):
         for line in mistyped or [f"verl rejects the config: {type(err).__name__}: {err}".replace("\n", " ")]:
             print(f"[preflight] ERROR: {line}", file=sys.stderr)
         return None, None
-    report = run_all(config, launch=args.launch, submit=args.submit)
+    report = run_all(config, launch=args.launch or args.node_check, submit=args.submit)
     for note in report.notes:
         print(f"[preflight] {note}", file=sys.stderr)
     for warning in report.warnings:

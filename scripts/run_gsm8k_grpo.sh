@@ -4,6 +4,7 @@
 #   python data_prep/gsm8k.py && bash scripts/run_gsm8k_grpo.sh           # 8xH100, the recipe's defaults
 #   PROFILE=4gpu bash scripts/run_gsm8k_grpo.sh                           # config/profile/*.yaml
 #   DRY_RUN=1 bash scripts/run_gsm8k_grpo.sh                              # preflight + the plan, start nothing
+#   CHECK_ONLY=1 bash scripts/run_gsm8k_grpo.sh                           # check this GPU node, start nothing
 #   bash scripts/run_gsm8k_grpo.sh trainer.total_epochs=1                 # hydra overrides go last and win
 #
 # The knobs below are what differs per machine or run; every other setting lives once, in
@@ -34,6 +35,7 @@ PYTHON=${PYTHON:-python3}
 DRY_RUN=${DRY_RUN:-0}                            # 1: preflight, print the plan, write the composed config; start nothing
 DRY_RUN_CONFIG=${DRY_RUN_CONFIG:-}               # where DRY_RUN writes the config; empty: a new file in $TMPDIR
 SUBMIT=${SUBMIT:-}                               # ray: submit as a Ray job to RAY_ADDRESS (submit_multinode.sh)
+CHECK_ONLY=${CHECK_ONLY:-0}                      # 1: the launch preflight, a line per GPU-node check; start nothing
 # -----------------------------------------------------------------------------------------------------
 
 if [ "${PRINT_OUTPUT_DIR:-0}" = 1 ]; then echo "$OUTPUT_DIR"; exit 0; fi  # for scripts/eval_gsm8k.sh
@@ -119,6 +121,11 @@ plan_relay() {  # after the preflight, which said whether the composed config tr
 }
 if [ "$TRACE_RELAY" = offline ] && { [ "$SUBMIT" = ray ] || [ "${RECIPE_RESOLVED:-0}" = 1 ]; }; then
   echo "error: TRACE_RELAY=offline runs on one node only: workers on other nodes cannot reach its relay" >&2; exit 1
+fi
+# ---- node check (CHECK_ONLY=1): every launch check with a line per GPU-node check, in Python; starts nothing ----
+if [ "$CHECK_ONLY" = 1 ]; then
+  "$PYTHON" "$REPO_ROOT/scripts/preflight.py" --node-check -- "${OVERRIDES[@]}" "$@"
+  exit 0  # reached only when it passed (set -e: a failed check exits with its status)
 fi
 if [ "$DRY_RUN" = 1 ]; then
   CONFIG_FILE=${DRY_RUN_CONFIG:-$(mktemp --suffix=.yaml "${TMPDIR:-/tmp}/${EXPERIMENT_NAME}_config.XXXXXX")}

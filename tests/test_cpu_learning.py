@@ -5,6 +5,7 @@ tool and parser; only the LLM server is scripted, recipes.standins.scripted_llm)
 
 import asyncio
 import json
+import os
 
 import pytest
 
@@ -357,3 +358,46 @@ def test_sft_stops_and_saves_nothing_when_the_tool_only_phase_has_not_converged(
     assert (tmp_path / "ok" / "model.safetensors").exists()
     with pytest.raises(SystemExit):  # the check needs a tool-only phase to judge
         sft.main([*common[:-6], "--out_dir", str(tmp_path / "x"), "--converged_loss", "0.1"])
+
+
+def _stub_python(tmp_path):
+    """A stand-in for the interpreter learn_cpu.sh runs: task and data prep do nothing, and the first evaluation
+    (eval_gsm8k.sh naming its run) fails, so the script stops right after it has set up the warm start."""
+    stub = tmp_path / "python"
+    stub.write_text('#!/usr/bin/env bash\ncase "$*" in *recipes.evaluation.provenance*) exit 7 ;; esac\nexit 0\n')
+    stub.chmod(0o755)
+    return stub
+
+
+def _learn_cpu(tmp_path, **env):
+    import subprocess
+
+    from recipes.constants import REPO_ROOT
+
+    return subprocess.run(["bash", str(REPO_ROOT / "scripts" / "learn_cpu.sh")], capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "PYTHON": str(_stub_python(tmp_path)), **env})
+
+
+def test_learn_cpu_keeps_an_sft_model_that_lies_inside_the_work_dir_it_clears(tmp_path):
+    """The documented `SFT_MODEL=<WORK_DIR>/model_sft bash scripts/learn_cpu.sh`: the warm start survives the
+    clearing of WORK_DIR (it used to be deleted first: `cp: cannot stat`, the SFT lost)."""
+    work = tmp_path / "work"
+    (work / "model_sft").mkdir(parents=True)
+    (work / "model_sft" / "config.json").write_text('{"model_type": "qwen2"}')
+    (work / "model_sft" / "model.safetensors").write_bytes(b"weights")
+    (work / "stale.txt").write_text("from the last run")
+    proc = _learn_cpu(tmp_path, WORK_DIR=str(work), SFT_MODEL=str(work / "model_sft"))
+    assert "SFT: skipped" in proc.stderr, proc.stderr
+    assert "cannot stat" not in proc.stderr
+    assert (work / "model_sft" / "model.safetensors").read_bytes() == b"weights"
+    assert not (work / "stale.txt").exists()  # the rest of the work dir is still cleared
+
+
+def test_learn_cpu_refuses_an_sft_model_that_is_not_a_model_and_changes_nothing(tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "kept.txt").write_text("last run")
+    proc = _learn_cpu(tmp_path, WORK_DIR=str(work), SFT_MODEL=str(tmp_path / "typo"))
+    assert proc.returncode == 1
+    assert "is not a model folder" in proc.stderr and "nothing was changed" in proc.stderr
+    assert (work / "kept.txt").exists()

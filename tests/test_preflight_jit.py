@@ -1,9 +1,13 @@
-"""The launch preflight's three JIT lines (recipes/preflight/jit_toolchain.py): the CUDA compiler SGLang and
-FlashInfer will pick and its version, the host compiler, the kernel caches. Stand-in nvcc and g++ scripts (labelled
-below) print what the real ones print; the lookups and subprocesses are real."""
+"""The launch preflight's four JIT lines (recipes/preflight/jit_toolchain.py): the CUDA compiler SGLang and
+FlashInfer will pick and its version, the host compiler, SGLang's patched header, the kernel caches and the census
+modules they lack. Stand-in nvcc and g++ scripts (labelled below) print what the real ones print; the lookups and
+subprocesses are real, the caches are folders laid out as tvm-ffi and FlashInfer lay them out."""
+
+import json
 
 import pytest
 
+from recipes.kernel_census import census
 from recipes.preflight.jit_toolchain import (
     FIRST_USE,
     check_jit_toolchain,
@@ -11,6 +15,8 @@ from recipes.preflight.jit_toolchain import (
     cuda_home_in_use,
     host_compiler_line,
     jit_cache_line,
+    launch_census,
+    sglang_header_line,
 )
 from recipes.preflight.report import Report
 
@@ -70,17 +76,16 @@ def test_the_host_compiler_must_be_a_gcc_nvcc_13_takes(tmp_path, version, ok):
     assert f"gcc {version}" in line and "gcc/g++ 10 to 15" in line
 
 
-def test_an_unpatched_sglang_activation_kernel_is_an_error(tmp_path):
-    _tool(tmp_path / "bin" / "g++", "12.2.0\n")
-    env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin"}
+def test_an_unpatched_sglang_activation_header_is_an_error(tmp_path):
     header = tmp_path / "sglang" / "jit_kernel" / "csrc" / "elementwise" / "activation.cuh"
     header.parent.mkdir(parents=True)
     header.write_text(UNPATCHED)
-    ok, line = host_compiler_line(env, tmp_path / "sglang")
+    ok, line = sglang_header_line(tmp_path / "sglang")
     assert not ok and "is unpatched and does not compile with nvcc 13.0" in line and "rerun bash scripts" in line
     header.write_text(PATCHED)
-    ok, line = host_compiler_line(env, tmp_path / "sglang")
-    assert ok and line.endswith("SGLang's activation kernel patched)")
+    assert sglang_header_line(tmp_path / "sglang") == (
+        True, f"SGLang header: {header} patched for nvcc 13.0 (sgl-project/sglang#25487)")
+    assert sglang_header_line(None) == (True, "SGLang header: sglang is not installed, no activation header to check")
 
 
 def test_no_gxx_is_an_error(tmp_path):
@@ -88,30 +93,77 @@ def test_no_gxx_is_an_error(tmp_path):
     assert not ok and "g++ not found on PATH" in line and "apt-get install g++" in line
 
 
-def test_the_cache_line_says_where_and_how_many(tmp_path):
+QWEN_3B = "Qwen/Qwen2.5-3B-Instruct"
+
+
+def _tvm_kernel(cache, name, sglang_dir, digest="0123456789abcdef"):
+    """A tvm-ffi cache folder as SGLang's JIT leaves it: <name>_<16 hex>/ with the .so and the source that
+    includes SGLang's header by absolute path."""
+    folder = cache / f"{name}_{digest}"
+    folder.mkdir(parents=True)
+    (folder / f"{name}.so").write_bytes(b"")
+    (folder / "cuda.cu").write_text(f'#include "{sglang_dir}/jit_kernel/csrc/elementwise/x.cuh"\n')
+
+
+def _fi_module(folder, name):
+    (folder / name).mkdir(parents=True)
+    (folder / name / f"{name}.so").write_bytes(b"")
+
+
+def test_the_cache_line_says_where_how_many_and_which_census_modules_are_missing(tmp_path):
     env = {"HOME": str(tmp_path)}
     line = jit_cache_line(env, "0.6.11.post1")
     assert line == (f"JIT caches: SGLang (tvm-ffi) {tmp_path}/.cache/tvm-ffi (0 kernels), FlashInfer "
-                    f"{tmp_path}/.cache/flashinfer/0.6.11.post1/<arch>/cached_ops (0 kernels); {FIRST_USE}")
-    (tmp_path / "tvm" / "sgl_kernel_jit_activation_bf16_t_x").mkdir(parents=True)
-    (tmp_path / "tvm" / "sgl_kernel_jit_activation_bf16_t_x" / "sgl.so").write_bytes(b"")
-    fi = tmp_path / "ws" / ".cache" / "flashinfer" / "0.6.11.post1" / "90a" / "cached_ops"
-    for name in ("batch_prefill_a", "batch_prefill_b"):
-        (fi / name).mkdir(parents=True)
-        (fi / name / f"{name}.so").write_bytes(b"")
-    env = {"HOME": str(tmp_path), "TVM_FFI_CACHE_DIR": str(tmp_path / "tvm"),
-           "FLASHINFER_WORKSPACE_BASE": str(tmp_path / "ws")}
-    assert jit_cache_line(env, "0.6.11.post1") == (
-        f"JIT caches: SGLang (tvm-ffi) {tmp_path}/tvm (1 kernels), FlashInfer "
-        f"{tmp_path}/ws/.cache/flashinfer/0.6.11.post1/<arch>/cached_ops (2 kernels)")
+                    f"{tmp_path}/.cache/flashinfer/0.6.11.post1/<arch>/cached_ops (0 kernels), no AOT modules; "
+                    "first-use census for Qwen2.5-0.5B, Qwen2.5-1.5B, Qwen2.5-3B, Qwen2.5-7B: 0 of 13 built, missing "
+                    f"{', '.join(m.key for m in census())}; {FIRST_USE}")
 
 
-def test_the_three_lines_go_into_the_report(env_cuda, tmp_path):
+def test_prebuilt_flashinfer_modules_and_this_envs_sglang_kernels_count_as_built(tmp_path):
+    sglang_dir, tvm = tmp_path / "env" / "sglang", tmp_path / "tvm"
+    _tvm_kernel(tvm, "sgl_kernel_jit_fused_rope_true_128_true_bf16_t", sglang_dir)
+    _tvm_kernel(tvm, "sgl_kernel_jit_kvcache_512_true", tmp_path / "elsewhere" / "sglang")  # another env's path
+    _tvm_kernel(tvm, "sgl_kernel_jit_kvcache_5120_true", sglang_dir)  # another row size: not kvcache_512's
+    jit = tmp_path / "ws" / ".cache" / "flashinfer" / "0.6.11.post1" / "90a" / "cached_ops"
+    fa2 = next(m.name for m in census() if m.key == "fa2_hd128")
+    _fi_module(jit, fa2)
+    _fi_module(tmp_path / "aot", "cascade")  # flashinfer-jit-cache's folder
+    env = {"HOME": str(tmp_path), "TVM_FFI_CACHE_DIR": str(tvm), "FLASHINFER_WORKSPACE_BASE": str(tmp_path / "ws")}
+    line = jit_cache_line(env, "0.6.11.post1", launch_census(QWEN_3B), sglang_dir, (tmp_path / "aot",))
+    assert line == (f"JIT caches: SGLang (tvm-ffi) {tvm} (3 kernels), FlashInfer "
+                    f"{tmp_path}/ws/.cache/flashinfer/0.6.11.post1/<arch>/cached_ops (1 kernels), AOT "
+                    f"{tmp_path}/aot (1 modules); first-use census for Qwen2.5-3B: 3 of 8 built, missing activation, "
+                    f"kvcache_512, clamp_position, resolve_future_token_ids, fa3_hd128; {FIRST_USE}")
+    for module in launch_census(QWEN_3B):
+        if module.library == "sglang":
+            _tvm_kernel(tvm, module.name, sglang_dir, digest="fedcba9876543210")
+        elif module.key == "fa3_hd128":
+            _fi_module(jit, module.name)
+    line = jit_cache_line(env, "0.6.11.post1", launch_census(QWEN_3B), sglang_dir, (tmp_path / "aot",))
+    assert line.endswith("first-use census for Qwen2.5-3B: 8 of 8 built")
+
+
+def test_the_census_follows_the_launchs_model(tmp_path):
+    assert [m.key for m in launch_census(QWEN_3B)] == [
+        "activation", "fused_rope_hd128", "kvcache_512", "clamp_position", "resolve_future_token_ids", "fa2_hd128",
+        "fa3_hd128", "cascade"]
+    folder = tmp_path / "export"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"hidden_size": 896, "num_attention_heads": 14,
+                                                    "num_key_value_heads": 2}))
+    modules = launch_census(str(folder))
+    assert {m.key for m in modules} >= {"fused_rope_hd64", "kvcache_256", "fa2_hd64"}
+    assert {m.models for m in modules} == {(str(folder),)}
+    assert launch_census("someone/other-model") == census()  # unknown: the whole Qwen2.5 census
+
+
+def test_the_four_lines_go_into_the_report(env_cuda, tmp_path):
     _tool(tmp_path / "bin" / "g++", "12.2.0\n")
     report = Report()
     env = {"CUDA_HOME": str(env_cuda), "PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path)}
-    check_jit_toolchain(report, env, flashinfer_version="0.6.11.post1")
+    check_jit_toolchain(report, env, flashinfer_version="0.6.11.post1", model=QWEN_3B)
     assert report.errors == []
-    assert [n.split(":")[0] for n in report.notes] == ["CUDA compiler", "host compiler", "JIT caches"]
+    assert [n.split(":")[0] for n in report.notes] == ["CUDA compiler", "host compiler", "SGLang header", "JIT caches"]
+    assert "first-use census for Qwen2.5-3B: 0 of 8 built" in report.notes[-1]
     check_jit_toolchain(report, {**env, "CUDA_HOME": str(tmp_path / "none")}, flashinfer_version="0.6.11.post1")
     assert [e.split(":")[0] for e in report.errors] == ["CUDA compiler"]

@@ -163,8 +163,9 @@ def test_flash_attn_2_beside_flash_attn_4_is_flagged():
 def test_check_gpu_env_reads_the_recipe_config():
     config = compose_config([f"++{ATTN_KEY}=sdpa"])
     report = Report()
-    check_gpu_env(config, report, installed=locked_env(), driver_output=H100_DRIVER)
+    check_gpu_env(config, report, installed=locked_env(), driver_output=H100_DRIVER * 8)
     assert (report.errors, report.warnings) == ([], [])
+    assert report.notes == ["NVIDIA driver: 580.159.04 on 8 GPU(s) (CUDA 13 builds need >= 580)"]
     check_gpu_env(compose_config([f"++{ATTN_KEY}=flash_attention_2"]), report, installed=locked_env(sglang=None),
                   driver_output="550.54.15\n")
     assert [e.split(" ")[:2] for e in report.errors] == [["NVIDIA", "driver"], ["sglang", "is"], [ATTN_KEY, "is"]]

@@ -14,7 +14,8 @@ from recipes.constants import REPO_ROOT
 
 # script -> knobs its --help must list as `NAME=${NAME...` lines (its own, or the launcher's it passes through)
 KNOBS = {
-    "run_gsm8k_grpo.sh": ("PROFILE", "DATA_DIR", "TOOL_SET", "MODEL_PATH", "OUTPUT_DIR", "TRACE_RELAY", "DRY_RUN"),
+    "run_gsm8k_grpo.sh": ("PROFILE", "DATA_DIR", "TOOL_SET", "MODEL_PATH", "OUTPUT_DIR", "TRACE_RELAY", "DRY_RUN",
+                          "CHECK_ONLY"),
     "smoke_cpu.sh": ("WORK_DIR", "OUTPUT_DIR", "GSM8K_DIR", "RESUME_CHECK"),
     "smoke_1gpu.sh": ("DATA_DIR", "MODEL_PATH", "OUTPUT_DIR"),
     "eval_gsm8k.sh": ("DEVICE", "VAL_N", "VAL_TEMPERATURE", "PUBLISH", "MODEL_PATH", "DATA_DIR"),

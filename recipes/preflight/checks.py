@@ -189,6 +189,8 @@ def check_gpus(config: DictConfig, report: Report, visible: int | None = None) -
     elif visible != wanted:
         report.error(f"{visible} GPU(s) visible but trainer.n_gpus_per_node={wanted}; set N_GPUS_PER_NODE={visible} "
                      "(or PROFILE=4gpu / 1gpu_smoke), or fix CUDA_VISIBLE_DEVICES")
+    else:
+        report.note(f"GPUs: {visible} visible, as trainer.n_gpus_per_node={wanted} asks")
 
 
 def count_visible_gpus() -> int | None:
@@ -230,7 +232,8 @@ def run_all(config: DictConfig, launch: bool = False, submit: bool = False) -> R
     if launch and not on_cpu_platform():
         check_gpus(config, report)
         check_gpu_env(config, report)  # driver, locked versions, attention implementation
-        check_jit_toolchain(report)  # the compilers SGLang and FlashInfer use at first use, their caches
+        # the compilers SGLang and FlashInfer use at first use, their caches and what the model needs there
+        check_jit_toolchain(report, model=str(config.actor_rollout_ref.model.path))
     if launch or submit:
         check_wandb(config, report)
         check_checkpoint_space(config, report, train_rows)

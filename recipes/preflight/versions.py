@@ -150,12 +150,17 @@ def attention_problems(attn_implementation: str | None, ulysses_size: int,
 
 def check_gpu_env(config, report, lock_path: Path = GPU_LOCK, installed: VersionLookup = installed_version,
                   driver_output: str | None | Callable[[], str | None] = query_driver) -> None:
-    """Launch-time checks: driver, locked versions, attention implementation (report has error() and warn())."""
+    """Launch-time checks: driver, locked versions, attention implementation (report has error(), warn(), note())."""
     from omegaconf import OmegaConf
 
-    problem = driver_problem(driver_output() if callable(driver_output) else driver_output)
+    output = driver_output() if callable(driver_output) else driver_output
+    problem = driver_problem(output)
     if problem:
         report.error(problem)
+    else:
+        versions = sorted({line.strip() for line in output.splitlines() if line.strip()}, key=Version)
+        report.note(f"NVIDIA driver: {', '.join(versions)} on {len(output.split())} GPU(s) "
+                    f"(CUDA 13 builds need >= {MIN_DRIVER_MAJOR})")
     need_sglang = OmegaConf.select(config, "actor_rollout_ref.rollout.name") == "sglang"
     for problem in version_problems(lock_path, installed, need_sglang=need_sglang):
         report.error(problem)

@@ -20,7 +20,7 @@ SCRIPTS = REPO_ROOT / "scripts"
 # what a user's shell might carry that would change what the launcher does
 _CLEARED = ("WANDB_API_KEY", "PREFLIGHT_", "PROFILE", "RAY_ADDRESS", "SUBMIT", "RECIPE_RESOLVED",
             "OUTPUT_DIR", "EXPERIMENT_NAME", "MODEL_PATH", "TRACE", "LOGGER", "TOOL_SET", "N_GPUS_PER_NODE",
-            "NNODES", "PUBLISH_EVALS", "TRACE_RELAY", "DRY_RUN_CONFIG")
+            "NNODES", "PUBLISH_EVALS", "TRACE_RELAY", "DRY_RUN_CONFIG", "CHECK_ONLY", "CUDA_VISIBLE_DEVICES")
 
 
 def run_script(script: str, data_dir, *args, timeout: int = 180, **env) -> subprocess.CompletedProcess:
