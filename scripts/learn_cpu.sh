@@ -36,26 +36,33 @@ WORK_DIR=${WORK_DIR:-/tmp/gsm8k_cpu_learn$(by_task "" _chain)}  # task, data, mo
 SEED=${SEED:-0}                             # task, model init, SFT order, rollouts
 TRAIN_ROWS=${TRAIN_ROWS:-$(by_task 4000 6000)}
 TEST_ROWS=${TEST_ROWS:-$(by_task 256 300)}  # held-out problems scored before and after (chain: a third per depth)
-SFT_STEPS=${SFT_STEPS:-$(by_task 2600 CHAIN_SFT_STEPS)}  # the warm start's budget (batch SFT_BATCH), cosine over all of it
-SFT_TOOL_ONLY_STEPS=${SFT_TOOL_ONLY_STEPS:-$(by_task 2000 CHAIN_TOOL_ONLY)}  # first on tool transcripts only: the model learns to copy
-SFT_TOOL_FRACTION=${SFT_TOOL_FRACTION:-$(by_task 0.5 CHAIN_FRACTION)}  # then each step calls the tool with this
+SFT_STEPS=${SFT_STEPS:-$(by_task 2600 3600)}  # the warm start's budget (batch SFT_BATCH), cosine over all of it
+SFT_TOOL_ONLY_STEPS=${SFT_TOOL_ONLY_STEPS:-$(by_task 2000 3000)}  # first on tool transcripts only: the model learns to copy
+SFT_TOOL_FRACTION=${SFT_TOOL_FRACTION:-$(by_task 0.5 0.5)}  # then each step calls the tool with this
                                             # probability, else the answer comes at once: GRPO must learn it pays
 SFT_MAX_DEPTH=${SFT_MAX_DEPTH:-0}           # chain: 2 leaves the 3-step problems out of the SFT (GRPO sees them)
 SFT_BATCH=${SFT_BATCH:-16}
 SFT_LR=${SFT_LR:-3e-3}
-SFT_CONVERGED_LOSS=${SFT_CONVERGED_LOSS:-$(by_task 0.03 CHAIN_LOSS)}  # the tool-only phase must end below it, or the SFT restarts ...
+SFT_CONVERGED_LOSS=${SFT_CONVERGED_LOSS:-$(by_task 0.03 0.08)}  # the tool-only phase must end below it, or the SFT restarts ...
 SFT_ATTEMPTS=${SFT_ATTEMPTS:-3}             # ... from a new init (seed SEED+1000*attempt), this many tries in all
-GRPO_STEPS=${GRPO_STEPS:-$(by_task 60 CHAIN_GRPO)}  # 8 prompts x 8 rollouts each
+GRPO_STEPS=${GRPO_STEPS:-$(by_task 60 60)}  # 8 prompts x 8 rollouts each
 MAX_TURNS=${MAX_TURNS:-$(by_task "" 5)}     # assistant turns per rollout (empty: the profile's 3; 3 calls + answer = 4)
 RESPONSE_LENGTH=${RESPONSE_LENGTH:-$(by_task "" 192)}  # response tokens (empty: the profile's 96; 3 steps: ~140)
 SFT_MODEL=${SFT_MODEL:-}                    # a model folder from an earlier SFT (same SEED/rows): skip the SFT
 EVAL_TEMPERATURE=${EVAL_TEMPERATURE:-1.0}   # 1.0: sampled, as rollouts are; 0: greedy
-THREADS=${THREADS:-2}                       # the SFT's torch threads
+THREADS=${THREADS:-2}                       # the SFT's torch threads (part of its arithmetic: 1 and 2 differ)
+CPU_ISA=${CPU_ISA:-avx2}                    # the instruction set torch's and MKL's CPU kernels use: with it pinned,
+                                            # a seed gives the same warm start on any x86-64 CPU that has it (a
+                                            # CPU's own best, e.g. AVX-512, rounds differently); native: the CPU's best
 # -----------------------------------------------------------------------------------------------------
 case "$TASK" in one_step|chain) ;; *) echo "error: TASK must be one_step or chain, not '$TASK'" >&2; exit 1 ;; esac
+case "$CPU_ISA" in avx2|avx512|native) ;; *) echo "error: CPU_ISA must be avx2, avx512 or native, not '$CPU_ISA'" >&2; exit 1 ;; esac
 
 cd "$REPO_ROOT"
 export PYTHONPATH="$REPO_ROOT${PYTHONPATH:+:$PYTHONPATH}"
+if [ "$CPU_ISA" != native ]; then  # every process of the run: the SFT, the GRPO ranks and rollout servers, the evaluations
+  export ATEN_CPU_CAPABILITY=$CPU_ISA MKL_CBWR=${CPU_ISA^^} MKL_ENABLE_INSTRUCTIONS=${CPU_ISA^^}
+fi
 export TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 log() { echo "[learn_cpu] $*" >&2; }
 START=$SECONDS
@@ -133,6 +140,10 @@ PROFILE=cpu_learn MODEL_PATH="$WORK_DIR/model_sft" DATA_DIR="$WORK_DIR/data" OUT
   >"$OUTPUT_DIR/logs/train.log" 2>&1 \
   || { tail -n 30 "$OUTPUT_DIR/logs/train.log" >&2; log "GRPO failed (log above)"; exit 1; }
 
+if [ -d "$OUTPUT_DIR/trace_spool" ]; then  # TRACE=on: the relay's spool (docs/tracing.md); offline, all of them
+  log "traces spooled in $OUTPUT_DIR/trace_spool; what W&B has not confirmed goes up with:" \
+      "python scripts/upload_traces.py --spool $OUTPUT_DIR/trace_spool"
+fi
 "$PYTHON" scripts/export_checkpoint.py "$OUTPUT_DIR/checkpoints" --target_dir "$WORK_DIR/model_final" --force
 log "evaluating the final model, tools on and tools off"
 FINAL_SCORE=$(evaluate final "$WORK_DIR/model_final" "$WORK_DIR/data" calculator)

@@ -361,12 +361,22 @@ def test_sft_stops_and_saves_nothing_when_the_tool_only_phase_has_not_converged(
 
 
 def _stub_python(tmp_path):
-    """A stand-in for the interpreter learn_cpu.sh runs: task and data prep do nothing, and the first evaluation
-    (eval_gsm8k.sh naming its run) fails, so the script stops right after it has set up the warm start."""
+    """A stand-in for the interpreter learn_cpu.sh runs: task, data prep, model and SFT do nothing but note their
+    arguments and the kernel pins in their environment (tmp_path/calls.txt, one line each), and the first evaluation
+    (eval_gsm8k.sh's main_ppo) fails, so the script stops right after it has set up the warm start."""
     stub = tmp_path / "python"
-    stub.write_text('#!/usr/bin/env bash\ncase "$*" in *recipes.evaluation.provenance*) exit 7 ;; esac\nexit 0\n')
+    stub.write_text('#!/usr/bin/env bash\n'
+                    f'echo "$* | ISA=${{ATEN_CPU_CAPABILITY:-}},${{MKL_CBWR:-}},${{MKL_ENABLE_INSTRUCTIONS:-}}" '
+                    f'>> {tmp_path / "calls.txt"}\n'
+                    'case "$*" in *verl.trainer.main_ppo*) exit 7 ;; esac\nexit 0\n')
     stub.chmod(0o755)
     return stub
+
+
+def _stub_calls(tmp_path, module: str) -> list[tuple[list[str], str]]:
+    """(arguments, kernel pins) of each call the stand-in interpreter got for `module`."""
+    lines = (tmp_path / "calls.txt").read_text().splitlines()
+    return [(args.split(), isa) for args, isa in (line.rsplit(" | ISA=", 1) for line in lines) if module in args]
 
 
 def _learn_cpu(tmp_path, **env):
@@ -374,8 +384,9 @@ def _learn_cpu(tmp_path, **env):
 
     from recipes.constants import REPO_ROOT
 
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("ATEN_", "MKL_"))}
     return subprocess.run(["bash", str(REPO_ROOT / "scripts" / "learn_cpu.sh")], capture_output=True, text=True,
-                          timeout=60, env={**os.environ, "PYTHON": str(_stub_python(tmp_path)), **env})
+                          timeout=60, env={**base, "PYTHON": str(_stub_python(tmp_path)), **env})
 
 
 def test_learn_cpu_keeps_an_sft_model_that_lies_inside_the_work_dir_it_clears(tmp_path):
@@ -401,3 +412,37 @@ def test_learn_cpu_refuses_an_sft_model_that_is_not_a_model_and_changes_nothing(
     assert proc.returncode == 1
     assert "is not a model folder" in proc.stderr and "nothing was changed" in proc.stderr
     assert (work / "kept.txt").exists()
+
+
+@pytest.mark.parametrize("task_name", ["one_step", "chain"])
+def test_learn_cpu_gives_the_sft_numbers_for_either_task(tmp_path, task_name):
+    """Every size the SFT gets is a number (the chain task's defaults once reached it as unfilled names)."""
+    proc = _learn_cpu(tmp_path, WORK_DIR=str(tmp_path / "work"), TASK=task_name)
+    [(args, _)] = _stub_calls(tmp_path, "recipes.cpu_learning.sft")
+    sizes = {flag: args[args.index(flag) + 1] for flag in ("--steps", "--tool_only_steps", "--tool_fraction",
+                                                             "--converged_loss", "--batch_size", "--lr")}
+    assert all(float(v) > 0 for v in sizes.values()), (sizes, proc.stderr)
+    assert int(sizes["--steps"]) > int(sizes["--tool_only_steps"])  # a mixed phase follows the tool-only one
+    [(task_args, _)] = _stub_calls(tmp_path, "recipes.cpu_learning.task")
+    assert task_args[task_args.index("--task") + 1] == task_name
+
+
+@pytest.mark.parametrize(("cpu_isa", "pins"), [(None, "avx2,AVX2,AVX2"), ("avx512", "avx512,AVX512,AVX512"),
+                                              ("native", ",,")])
+def test_learn_cpu_pins_the_cpu_kernels_of_every_process(tmp_path, cpu_isa, pins):
+    """The warm start's arithmetic depends on the instruction set torch's and MKL's kernels use (docs/testing.md,
+    "Reproducing a seed"): pinned by default for every process the script starts; native leaves the CPU's best."""
+    env = {"WORK_DIR": str(tmp_path / "work")} | ({} if cpu_isa is None else {"CPU_ISA": cpu_isa})
+    _learn_cpu(tmp_path, **env)
+    calls = _stub_calls(tmp_path, "")
+    assert {"recipes.cpu_learning.sft", "verl.trainer.main_ppo"} <= {a for args, _ in calls for a in args}
+    assert {isa for _, isa in calls} == {pins}
+
+
+def test_learn_cpu_refuses_an_unknown_instruction_set(tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "kept.txt").write_text("last run")
+    proc = _learn_cpu(tmp_path, WORK_DIR=str(work), CPU_ISA="sse9")
+    assert proc.returncode == 1 and "CPU_ISA must be avx2, avx512 or native, not 'sse9'" in proc.stderr
+    assert (work / "kept.txt").exists() and not (tmp_path / "calls.txt").exists()
