@@ -446,3 +446,26 @@ def test_learn_cpu_refuses_an_unknown_instruction_set(tmp_path):
     proc = _learn_cpu(tmp_path, WORK_DIR=str(work), CPU_ISA="sse9")
     assert proc.returncode == 1 and "CPU_ISA must be avx2, avx512 or native, not 'sse9'" in proc.stderr
     assert (work / "kept.txt").exists() and not (tmp_path / "calls.txt").exists()
+
+
+def test_a_traced_chain_run_keeps_its_traces_in_the_spool_for_upload(tmp_path):
+    """`TASK=chain TRACE=on TRACE_RELAY=offline bash scripts/learn_cpu.sh`, its GRPO launch as the script makes it
+    (PROFILE=cpu_learn, the chain task's turns and lengths) in a DRY_RUN: the profile's tracing (off) is turned on,
+    and the offline relay would keep every trace in OUTPUT_DIR/trace_spool, whose upload command the plan prints.
+    The relay's spool and upload themselves: tests/test_launch_trace_relay.py; a depth-3 root's messages:
+    tests/test_trace_conversation.py."""
+    from testkit.launcher import launch, plan_line
+
+    assert task.main(["--task", "chain", "--out_dir", str(tmp_path / "raw"), "--train_size", "9",
+                      "--test_size", "3"]) == 0
+    assert data_prep_main(["--input_dir", str(tmp_path / "raw"), "--local_save_dir", str(tmp_path / "data")]) == 0
+    out = tmp_path / "outputs"
+    proc = launch(tmp_path / "data", "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=5",
+                  "data.max_response_length=192", PROFILE="cpu_learn", DRY_RUN="1", TRACE="on",
+                  TRACE_RELAY="offline", WANDB_ENTITY="me", OUTPUT_DIR=str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert plan_line(proc.stdout, "tracing").startswith("weave,")
+    assert "at most 5 assistant turns" in plan_line(proc.stdout, "tools")
+    relay = next(line for line in proc.stdout.splitlines() if line.startswith("# traces through the relay:"))
+    assert f"serve --spool {out}/trace_spool --url-file {out}/trace_relay.url --offline --entity me" in relay
+    assert f"python scripts/upload_traces.py --spool {out}/trace_spool" in proc.stdout + proc.stderr
