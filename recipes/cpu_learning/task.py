@@ -69,14 +69,17 @@ class Problem:
         return {"question": self.question, "answer": "\n".join(lines) + f"\n#### {self.answer}"}
 
 
+def _operands(rng: random.Random, op: str) -> tuple[int, int]:
+    """Two 2-digit numbers to multiply, or two 3-digit ones to add or subtract (the larger first)."""
+    if op == "*":
+        return rng.randint(12, 99), rng.randint(12, 99)
+    a, b = rng.randint(100, 999), rng.randint(100, 999)
+    return (b, a) if op == "-" and b > a else (a, b)
+
+
 def make_problem(rng: random.Random) -> Problem:
     op, template = rng.choice(TEMPLATES)
-    if op == "*":
-        a, b = rng.randint(12, 99), rng.randint(12, 99)
-    else:
-        a, b = rng.randint(100, 999), rng.randint(100, 999)
-        if op == "-" and b > a:
-            a, b = b, a
+    a, b = _operands(rng, op)
     answer = {"+": a + b, "-": a - b, "*": a * b}[op]
     question = template.format(name=rng.choice(NAMES), item=rng.choice(ITEMS), a=a, b=b)
     return Problem(question, ((f"{a} {op} {b}", answer),))
@@ -90,12 +93,7 @@ def make_chain_problem(rng: random.Random, depth: int) -> Problem:
     """depth operations, each after the first on the result so far; every value stays positive and below ~11,000
     (a product only of a result under 1000, by 2-9; a subtraction only of less than the result)."""
     op = rng.choice(tuple(CHAIN_START))
-    if op == "*":
-        a, b = rng.randint(12, 99), rng.randint(12, 99)
-    else:
-        a, b = rng.randint(100, 999), rng.randint(100, 999)
-        if op == "-" and b > a:
-            a, b = b, a
+    a, b = _operands(rng, op)
     name, item = rng.choice(NAMES), rng.choice(ITEMS)
     value = _apply(op, a, b)
     steps, sentences = [(f"{a} {op} {b}", value)], [CHAIN_START[op].format(name=name, item=item, a=a, b=b)]

@@ -26,15 +26,8 @@ def plot_steps(series: dict[str, list[dict]], out: Path, floor: float) -> Path:
             ax.axhline(floor, color="red", linestyle="--", linewidth=1, label=f"collapse alarm ({floor:.0%})")
         if key in ("accuracy", "tool_call_rate"):
             ax.set_ylim(-0.02, 1.02)
-        ax.set_title(title)
-        ax.set_xlabel("training step")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    path = out / "steps.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+        _finish(ax, title, legend_size=8)
+    return _save(fig, out / "steps.png")
 
 
 def plot_ops(series: dict[str, dict[int, list[dict]]], out: Path) -> Path:
@@ -50,12 +43,20 @@ def plot_ops(series: dict[str, dict[int, list[dict]]], out: Path) -> Path:
                         else None, linestyle=":" if label == "validation" else "-", label=f"{label}, {ops} ops")
         if key == "accuracy":
             ax.set_ylim(-0.02, 1.02)
-        ax.set_title(title)
-        ax.set_xlabel("training step")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    path = out / "by_ops.png"
+        _finish(ax, title, legend_size=7)
+    return _save(fig, out / "by_ops.png")
+
+
+def _finish(ax, title: str, legend_size: int) -> None:
+    """What every by-step panel has: its title, integer steps on x, a light grid, a legend."""
+    ax.set_title(title)
+    ax.set_xlabel("training step")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=legend_size)
+
+
+def _save(fig, path: Path) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
