@@ -14,6 +14,7 @@ from recipes.constants import ANSWER_MARKER
 _NUMBER = r"-?\$?\d[\d,]*(?:\.\d+)?"
 _STRICT = re.compile(re.escape(ANSWER_MARKER) + r"\s*(" + _NUMBER + r")")
 _ANY_NUMBER = re.compile(_NUMBER)
+_STEP_ANNOTATION = re.compile(r"<<[^<>=]*=[^<>]*>>")  # GSM8K's `<<48/2=24>>`: one worked operation
 
 
 def to_decimal(text: str | None) -> Decimal | None:
@@ -41,3 +42,9 @@ def extract_answer(text: str, method: str = "strict") -> str | None:
 def answers_match(prediction: str | None, ground_truth: str) -> bool:
     pred, truth = to_decimal(prediction), to_decimal(ground_truth)
     return pred is not None and truth is not None and pred == truth
+
+
+def reference_ops(solution: str | None) -> int:
+    """How many operations a reference solution works through: its `<<expr=value>>` annotations, GSM8K's own
+    notation for a calculator step (0 for a solution without any, or none)."""
+    return len(_STEP_ANNOTATION.findall(solution)) if isinstance(solution, str) else 0

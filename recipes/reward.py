@@ -12,11 +12,15 @@ Knobs (reward.custom_reward_function.reward_kwargs):
   The known remedy for tool-use collapse (verl PR #4998 used +0.1). It is paid for wrong answers too, as
   in that PR, so that calling a tool is never worse than not calling one; it is paid once, not per call,
   so spamming calls earns nothing more.
+
+Besides the score: strict and flexible correctness, whether a `####` answer was given, the tool calls (well-formed
+and malformed) and `ref_ops`, the operations the row's reference solution works through (its GSM8K `<<...>>`
+annotations), by which the evaluation summary breaks accuracy down.
 """
 
 from __future__ import annotations
 
-from recipes.answers import answers_match, extract_answer
+from recipes.answers import answers_match, extract_answer, reference_ops
 from recipes.constants import DATA_SOURCE
 from recipes.trajectory import count_tool_calls, offered_tools
 
@@ -51,5 +55,6 @@ def compute_score(
         "num_tool_calls": good_calls,
         "num_bad_tool_calls": bad_calls,
         "tool_bonus": bonus,
+        "ref_ops": reference_ops((extra_info or {}).get("answer")),  # the row's reference steps (<<expr=value>>)
         "pred": (strict_pred if method == "strict" else flexible_pred) or "",
     }

@@ -4,7 +4,9 @@
         [--validation_dir outputs/<exp>/validation] --out outputs/<exp>/report
 
 Writes steps.png (reward, accuracy, tool-call rate with the collapse alarm, response length by step),
-prompts.png (accuracy per prompt across steps) and report.md.
+prompts.png (accuracy per prompt across steps), by_ops.png (accuracy and tool calls per rollout by step for each
+number of operations the reference solutions need, when the dumps hold the reward's `ref_ops` and more than one
+such number) and report.md.
 """
 
 from __future__ import annotations
@@ -15,8 +17,8 @@ from pathlib import Path
 
 from recipes.rollout_report.dumps import load_dump_dir
 from recipes.rollout_report.markdown import render_report
-from recipes.rollout_report.plots import plot_prompts, plot_steps
-from recipes.rollout_report.stats import by_step, chosen_prompts, prompt_accuracy
+from recipes.rollout_report.plots import plot_ops, plot_prompts, plot_steps
+from recipes.rollout_report.stats import by_step, by_step_and_ops, chosen_prompts, prompt_accuracy
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,12 +36,14 @@ def main(argv: list[str] | None = None) -> int:
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    series, records_for_prompts = {}, []
+    series, ops_series, records_for_prompts = {}, {}, []
     try:
         for label, folder in (("train rollouts", args.rollout_dir), ("validation", args.validation_dir)):
             if folder:
                 records = load_dump_dir(folder)
                 series[label] = by_step(records)
+                if len(by_ops := by_step_and_ops(records)) > 1:
+                    ops_series[label] = by_ops
                 if label == "validation" or not records_for_prompts:  # prompts.png: validation prompts recur
                     records_for_prompts = records
     except (FileNotFoundError, ValueError) as err:
@@ -50,11 +54,13 @@ def main(argv: list[str] | None = None) -> int:
     per_prompt = prompt_accuracy(records_for_prompts)
     prompts = chosen_prompts(per_prompt, args.prompts, args.prompt_contains)
     prompts_png = plot_prompts(per_prompt, prompts, out) if prompts else None
+    ops_png = plot_ops(ops_series, out) if ops_series else None
 
-    report = render_report(series, args.collapse_floor, args.collapse_drop, [p for p in (steps_png, prompts_png) if p])
+    plots = [p for p in (steps_png, ops_png, prompts_png) if p]
+    report = render_report(series, args.collapse_floor, args.collapse_drop, plots, ops_series)
     (out / "report.md").write_text(report)
     print(report)
-    print(f"wrote {out / 'report.md'}, {steps_png}" + (f", {prompts_png}" if prompts_png else ""))
+    print(f"wrote {out / 'report.md'}, " + ", ".join(str(p) for p in plots))
     return 0
 
 

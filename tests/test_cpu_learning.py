@@ -1,6 +1,7 @@
-"""The CPU learning check's pieces (recipes/cpu_learning): the synthetic task goes through the recipe's data prep,
-and an SFT transcript is, token for token, what verl's real ToolAgentLoop holds after the same conversation (the
-recipe's config, tool and parser; only the LLM server is scripted, recipes.standins.scripted_llm)."""
+"""The CPU learning check's pieces (recipes/cpu_learning): the synthetic tasks (one step, and chains of 1-3 steps)
+go through the recipe's data prep, and an SFT transcript is, token for token, what verl's real ToolAgentLoop holds
+after the same conversation, for every number of calls of one-, two- and three-step problems (the recipe's config,
+tool and parser; only the LLM server is scripted, recipes.standins.scripted_llm)."""
 
 import asyncio
 import json
@@ -11,9 +12,10 @@ import pytest
 from data_prep.gsm8k import main as data_prep_main
 from data_prep.gsm8k_rows import SourceRecord, build_row
 from recipes import agent_loop_inprocess as harness
+from recipes.constants import REPO_ROOT
 from recipes.cpu_learning import task
 from recipes.cpu_learning.small_model import build_from_rows
-from recipes.cpu_learning.transcripts import Renderer, scripted_turns
+from recipes.cpu_learning.transcripts import Renderer, depth_of, expressions_of, scripted_turns
 from recipes.standins.scripted_llm import ScriptedLLM
 from recipes.tool_sets import get_tool_set
 
@@ -34,12 +36,24 @@ def small(tmp_path_factory):
     return AutoTokenizer.from_pretrained(str(folder)), rows_of(splits["test"], "test")
 
 
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory):
+    """A tokenizer built on chain-task rows, and test rows of depths 1, 2, 3, 1, 2, 3."""
+    from transformers import AutoTokenizer
+
+    splits = task.make_splits(train_size=90, test_size=6, seed=5, task="chain")
+    folder = tmp_path_factory.mktemp("chain_model") / "m"
+    build_from_rows(rows_of(splits["train"]), folder, seed=0)
+    return AutoTokenizer.from_pretrained(str(folder)), rows_of(splits["test"], "test")
+
+
 def test_task_is_deterministic_disjoint_and_goes_through_data_prep(tmp_path):
     a, b = task.make_splits(200, 50, seed=7), task.make_splits(200, 50, seed=7)
     assert a == b and a != task.make_splits(200, 50, seed=8)
     assert not {p.question for p in a["train"]} & {p.question for p in a["test"]}
     for problem in a["test"]:
-        assert eval(problem.expression) == problem.answer  # noqa: S307  test-only check of our own strings
+        [(expression, value)] = problem.steps
+        assert eval(expression) == value == problem.answer  # noqa: S307  test-only check of our own strings
     assert task.main(["--out_dir", str(tmp_path / "raw"), "--train_size", "20", "--test_size", "5"]) == 0
     assert data_prep_main(["--input_dir", str(tmp_path / "raw"), "--local_save_dir", str(tmp_path / "data")]) == 0
     import pyarrow.parquet as pq
@@ -61,31 +75,84 @@ def test_tokenizer_digits_markers_and_short_prompt(small):
     assert len(ids) < 160 and 0 < sum(mask) < len(ids)
 
 
-@pytest.mark.parametrize("use_tool", [True, False], ids=["calls_the_tool", "answers_straight_away"])
-def test_sft_transcript_equals_the_agent_loops_tokens(small, use_tool):
-    tok, rows = small
+def test_chain_task_balances_depths_and_chains_each_result_into_the_next_step(tmp_path):
+    splits = task.make_splits(300, 90, seed=11, task="chain")
+    assert splits == task.make_splits(300, 90, seed=11, task="chain")
+    assert not {p.question for p in splits["train"]} & {p.question for p in splits["test"]}
+    for split, size in (("train", 300), ("test", 90)):
+        depths = [p.depth for p in splits[split]]
+        assert [depths.count(d) for d in (1, 2, 3)] == [size // 3] * 3, split
+    for problem in splits["train"]:
+        value = None
+        for i, (expression, result) in enumerate(problem.steps):
+            assert eval(expression) == result > 0  # noqa: S307  test-only check of our own strings
+            if i:  # the step works on the previous result: GSM8K's chaining, what the model must carry over
+                assert expression.startswith(f"{value} ")
+            value = result
+        assert problem.question.count("Then ") == problem.depth - 1
+    # GSM8K's answer format, one <<expr=value>> line per step, read back as the agent loop's rows carry it
+    assert task.main(["--task", "chain", "--out_dir", str(tmp_path / "raw"), "--train_size", "9", "--test_size",
+                      "6", "--seed", "11"]) == 0
+    assert data_prep_main(["--input_dir", str(tmp_path / "raw"), "--local_save_dir", str(tmp_path / "data")]) == 0
+    import pyarrow.parquet as pq
+
+    rows = pq.read_table(tmp_path / "data" / "test.parquet").to_pylist()
+    problems = task.make_splits(9, 6, seed=11, task="chain")["test"]
+    assert [depth_of(r) for r in rows] == [1, 2, 3, 1, 2, 3]
+    assert [expressions_of(r) for r in rows] == [[e for e, _ in p.steps] for p in problems]
+    assert [r["reward_model"]["ground_truth"] for r in rows] == [str(p.answer) for p in problems]
+
+
+def assert_transcript_is_the_agent_loops(tok, row, calls):
+    """The SFT transcript with `calls` calls equals the ids and mask verl's ToolAgentLoop builds from the same
+    turns, with the recipe's real calculator answering each call."""
     config = harness.compose_trainer_config("calculator")
     tools = harness.load_tools(config)
     renderer = Renderer(tok, get_tool_set("calculator").chat_schemas())
+    turns = scripted_turns(row, calls)
+    server = ScriptedLLM(tok, lambda prompt: turns)
+
+    async def go():
+        return await harness.run_rollout(config, tok, server, tools, row)
+
+    output = asyncio.run(go())
+    ids, mask = renderer.render(row, calls)
+    assert output.prompt_ids == ids[: len(output.prompt_ids)]
+    assert output.prompt_ids + output.response_ids == ids
+    assert [0] * len(output.prompt_ids) + list(output.response_mask) == mask
+    assert output.num_turns == 2 + 2 * calls  # user, then per call the call and the tool; then the answer
+    text = tok.decode(output.response_ids)
+    truth = row["reward_model"]["ground_truth"]
+    assert text.count("<tool_response>") == calls and text.endswith(f"#### {truth}<|im_end|>")
+    return text
+
+
+@pytest.mark.parametrize("use_tool", [True, False], ids=["calls_the_tool", "answers_straight_away"])
+def test_sft_transcript_equals_the_agent_loops_tokens(small, use_tool):
+    tok, rows = small
     for row in rows[:3]:
-        call, final = scripted_turns(row)
-        turns = [call, final] if use_tool else [final]
-        server = ScriptedLLM(tok, lambda prompt, turns=turns: turns)
-
-        async def go(row=row, server=server):
-            return await harness.run_rollout(config, tok, server, tools, row)
-
-        output = asyncio.run(go())
-        ids, mask = renderer.render(row, use_tool=use_tool)
-        assert output.prompt_ids == ids[: len(output.prompt_ids)]
-        assert output.prompt_ids + output.response_ids == ids
-        assert [0] * len(output.prompt_ids) + list(output.response_mask) == mask
-        text = tok.decode(output.response_ids)
+        text = assert_transcript_is_the_agent_loops(tok, row, 1 if use_tool else 0)
         truth = row["reward_model"]["ground_truth"]
         if use_tool:
             assert f"<tool_response>\n{truth}\n</tool_response>" in text  # the real tool ran
         else:
-            assert "<tool_response>" not in text and text.startswith(f"#### {truth}")
+            assert text.startswith(f"#### {truth}")
+
+
+def test_chain_transcripts_equal_the_agent_loops_tokens_for_every_number_of_calls(chain):
+    """Depths 1-3, each with 0..depth calls: the tool responses, the mask across several tool turns and the
+    token merging at every assistant/tool boundary are verl's; each call sends the previous call's result."""
+    tok, rows = chain
+    assert [depth_of(r) for r in rows] == [1, 2, 3, 1, 2, 3]
+    for row in rows[:3]:
+        for calls in range(depth_of(row) + 1):
+            text = assert_transcript_is_the_agent_loops(tok, row, calls)
+            results = [r.split("\n</tool_response>")[0] for r in text.split("<tool_response>\n")[1:]]
+            sent = [json.loads(c.split("\n</tool_call>")[0])["arguments"]["expression"]
+                    for c in text.split("<tool_call>\n")[1:]]
+            assert sent == expressions_of(row)[:calls]
+            for result, next_call in zip(results[:-1], sent[1:], strict=True):
+                assert next_call.startswith(f"{result} ")  # carried from the tool's answer into the next call
 
 
 def test_evaluator_scores_the_agent_loops_rollouts_with_the_recipes_reward(small):
@@ -107,13 +174,14 @@ def test_evaluator_scores_the_agent_loops_rollouts_with_the_recipes_reward(small
 
     config = harness.compose_trainer_config("calculator", OVERRIDES)
     result = score_rollouts(config, tok, ScriptedLLM(tok, script_for), rows, "calculator", 1.0)
-    assert result == {"n": 4, "acc": 0.75, "tool_call_rate": 0.75}
+    assert result == {"n": 4, "acc": 0.75, "tool_call_rate": 0.75, "answers_ops1": 4, "strict_acc_ops1": 0.75,
+                      "tool_calls_per_answer_ops1": 0.75, "correct_multi_op_answers": 0, "calls_per_op": 0.0}
 
     no_tools = [build_row(SourceRecord(r["extra_info"]["question"], r["extra_info"]["answer"], "t", i), "test",
                           get_tool_set("none")) for i, r in enumerate(rows)]
     config = harness.compose_trainer_config("none", OVERRIDES)
     result = score_rollouts(config, tok, ScriptedLLM(tok, lambda p: [f"#### {truth[0]}"]), no_tools, "none", 0.0)
-    assert result == {"n": 4, "acc": 0.25, "tool_call_rate": 0.0}
+    assert (result["n"], result["acc"], result["tool_call_rate"], result["strict_acc_ops1"]) == (4, 0.25, 0.0, 0.25)
 
 
 def test_sft_learns_only_assistant_tokens(small, tmp_path):
@@ -152,7 +220,7 @@ def test_sft_mixes_tool_and_direct_transcripts_at_the_asked_share(small):
 
     tok, rows = small
     renderer = Renderer(tok, get_tool_set("calculator").chat_schemas())
-    pairs = [(renderer.render(row), renderer.render(row, use_tool=False)) for row in rows] * 300
+    pairs = [[renderer.render(row, 0), renderer.render(row)] for row in rows] * 300
     call_id = tok.convert_tokens_to_ids("<tool_call>")
 
     def tool_share(fraction):
@@ -162,6 +230,56 @@ def test_sft_mixes_tool_and_direct_transcripts_at_the_asked_share(small):
 
     assert tool_share(1.0) == 1.0 and tool_share(0.0) == 0.0
     assert abs(tool_share(0.5) - 0.5) < 0.03 and abs(tool_share(0.25) - 0.25) < 0.03
+
+
+def test_sft_on_chains_calls_for_every_step_less_often_the_deeper_the_problem(chain):
+    """Each step is a call with probability tool_fraction, up to the first that is not: the warm start carries a
+    chain to its end with probability tool_fraction ** depth, leaving GRPO the deep problems to learn."""
+    import random
+
+    from recipes.cpu_learning.sft import pick_transcripts
+
+    tok, rows = chain
+    renderer = Renderer(tok, get_tool_set("calculator").chat_schemas())
+    by_calls = [[renderer.render(row, calls) for calls in range(depth_of(row) + 1)] for row in rows]
+    call_id = tok.convert_tokens_to_ids("<tool_call>")
+
+    def calls_learned(ids, mask):  # the model's own <tool_call>s (the prompt's tool instructions hold some too)
+        return sum(t == call_id and m for t, m in zip(ids, mask, strict=True))
+
+    picked = pick_transcripts(by_calls * 2000, 0.7, random.Random(0))
+    for depth in (1, 2, 3):
+        calls = [calls_learned(*example) for example, row in zip(picked, rows * 2000, strict=True)
+                 if depth_of(row) == depth]
+        assert abs(sum(c == depth for c in calls) / len(calls) - 0.7 ** depth) < 0.02, depth
+        assert abs(sum(c == 0 for c in calls) / len(calls) - 0.3) < 0.02, depth
+    assert [calls_learned(*example) for example in pick_transcripts(by_calls, 1.0, random.Random(1))] == [
+        depth_of(row) for row in rows]
+
+
+def test_the_unmasked_loop_trains_on_tool_tokens_and_scores_as_the_recipe(chain):
+    """The broken-on-purpose loop (tests/testkit/unmasked_agent_loop.yaml): the same rollout and score as the
+    recipe's, with the tool responses' tokens in the response mask."""
+    from omegaconf import OmegaConf
+
+    from recipes.agent_loop import REWARD_EXTRA_INFO, ScoredToolAgentLoop
+    from testkit.unmasked_agent_loop import UnmaskedToolAgentLoop
+
+    tok, rows = chain
+    row = rows[2]  # three steps
+    [entry] = OmegaConf.load(REPO_ROOT / "tests" / "testkit" / "unmasked_agent_loop.yaml")
+    assert entry["name"] == "tool_agent" and entry["_target_"] == "testkit.unmasked_agent_loop.UnmaskedToolAgentLoop"
+    config = harness.compose_trainer_config("calculator")
+    tools = harness.load_tools(config)
+    outputs = []
+    for loop_class in (ScoredToolAgentLoop, UnmaskedToolAgentLoop):
+        server = ScriptedLLM(tok, lambda prompt: scripted_turns(row))
+        outputs.append(asyncio.run(harness.run_rollout(config, tok, server, tools, row, loop_class)))
+    recipe, unmasked = outputs
+    assert recipe.response_ids == unmasked.response_ids and 0 in recipe.response_mask
+    assert set(unmasked.response_mask) == {1} and len(unmasked.response_mask) == len(recipe.response_mask)
+    assert recipe.reward_score == unmasked.reward_score == 1.0
+    assert unmasked.extra_fields[REWARD_EXTRA_INFO]["num_tool_calls"] == 3
 
 
 def test_flipped_reward_negates_only_the_score():
@@ -177,17 +295,48 @@ def test_flipped_reward_negates_only_the_score():
 @pytest.mark.parametrize("scores, failed", [
     ((0.37, 0.76, 0.0, 0.99), []),  # seed 0's run
     ((0.37, 0.55, 0.0, 0.99), ["after GRPO"]),  # +18 points only
-    ((0.016, 0.30, 0.0, 1.0), ["SFT start"]),  # a start below the gate: +28 points, but not a fair test
+    ((0.531, 0.934, 0.0, 0.99), []),  # a start above the 10-50% range: noted, not judged (it learned +40)
     ((0.37, 0.76, 0.60, 0.70), ["tool-call rate", "tools on"]),
 ])
 def test_the_bar_names_each_criterion_it_fails(scores, failed):
     from recipes.cpu_learning.bar import judge
 
     verdicts = judge(*scores)
-    assert len(verdicts) == 4
+    assert len(verdicts) == 3
     failed_texts = [text for ok, text in verdicts if not ok]
     assert len(failed_texts) == len(failed), failed_texts
     assert all(text.startswith(prefix) for text, prefix in zip(failed_texts, failed, strict=True)), failed_texts
+
+
+def chain_summary(acc, acc3, calls_per_op=1.0, rate=1.0):
+    return {"strict_acc": acc, "strict_acc_ops1": 0.9, "strict_acc_ops3": acc3, "tool_call_rate": rate,
+            "calls_per_op": calls_per_op, "correct_multi_op_answers": 100}
+
+
+@pytest.mark.parametrize("final, failed", [
+    (chain_summary(0.70, 0.60), []),
+    (chain_summary(0.70, 0.35), ["3-step problems"]),  # the overall gain came from the shallow problems
+    (chain_summary(0.70, 0.60, calls_per_op=0.7), ["calls per operation"]),  # right, but steps done in its head
+    (chain_summary(0.45, 0.60), ["after GRPO"]),
+])
+def test_the_chain_bar_judges_the_deepest_problems_and_calls_per_operation(final, failed, tmp_path, capsys):
+    from recipes.cpu_learning import bar
+
+    sft, off = chain_summary(0.30, 0.20, calls_per_op=0.5), chain_summary(0.0, 0.0, rate=0.0)
+    verdicts = bar.judge_chain(sft, final, off)
+    assert len(verdicts) == 5
+    assert [text.split(" ")[0] for ok, text in verdicts if not ok] == [f.split(" ")[0] for f in failed]
+    paths = []
+    for name, summary in (("sft", sft), ("final", final), ("off", off)):
+        paths += [f"--{'tools_off' if name == 'off' else name}", str(tmp_path / f"{name}.json")]
+        (tmp_path / f"{name}.json").write_text(json.dumps(summary))
+    assert bar.main([*paths, "--task", "chain"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("[bar] note  SFT start 0.300: inside")
+    assert out[-1] == f"[bar] {'NOT met' if failed else 'met'} (chain task)"
+    with pytest.raises(SystemExit):  # a one-step summary has no depth breakdown to judge
+        (tmp_path / "final.json").write_text(json.dumps({"strict_acc": 0.7, "tool_call_rate": 1.0}))
+        bar.main([*paths, "--task", "chain"])
 
 
 def test_sft_stops_and_saves_nothing_when_the_tool_only_phase_has_not_converged(small, tmp_path):
@@ -212,12 +361,22 @@ def test_sft_stops_and_saves_nothing_when_the_tool_only_phase_has_not_converged(
 
 
 def _stub_python(tmp_path):
-    """A stand-in for the interpreter learn_cpu.sh runs: task and data prep do nothing, and the first evaluation
-    (eval_gsm8k.sh naming its run) fails, so the script stops right after it has set up the warm start."""
+    """A stand-in for the interpreter learn_cpu.sh runs: task, data prep, model and SFT do nothing but note their
+    arguments and the kernel pins in their environment (tmp_path/calls.txt, one line each), and the first evaluation
+    (eval_gsm8k.sh's main_ppo) fails, so the script stops right after it has set up the warm start."""
     stub = tmp_path / "python"
-    stub.write_text('#!/usr/bin/env bash\ncase "$*" in *recipes.evaluation.provenance*) exit 7 ;; esac\nexit 0\n')
+    stub.write_text('#!/usr/bin/env bash\n'
+                    f'echo "$* | ISA=${{ATEN_CPU_CAPABILITY:-}},${{MKL_CBWR:-}},${{MKL_ENABLE_INSTRUCTIONS:-}}" '
+                    f'>> {tmp_path / "calls.txt"}\n'
+                    'case "$*" in *verl.trainer.main_ppo*) exit 7 ;; esac\nexit 0\n')
     stub.chmod(0o755)
     return stub
+
+
+def _stub_calls(tmp_path, module: str) -> list[tuple[list[str], str]]:
+    """(arguments, kernel pins) of each call the stand-in interpreter got for `module`."""
+    lines = (tmp_path / "calls.txt").read_text().splitlines()
+    return [(args.split(), isa) for args, isa in (line.rsplit(" | ISA=", 1) for line in lines) if module in args]
 
 
 def _learn_cpu(tmp_path, **env):
@@ -225,8 +384,9 @@ def _learn_cpu(tmp_path, **env):
 
     from recipes.constants import REPO_ROOT
 
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("ATEN_", "MKL_"))}
     return subprocess.run(["bash", str(REPO_ROOT / "scripts" / "learn_cpu.sh")], capture_output=True, text=True,
-                          timeout=60, env={**os.environ, "PYTHON": str(_stub_python(tmp_path)), **env})
+                          timeout=60, env={**base, "PYTHON": str(_stub_python(tmp_path)), **env})
 
 
 def test_learn_cpu_keeps_an_sft_model_that_lies_inside_the_work_dir_it_clears(tmp_path):
@@ -252,3 +412,60 @@ def test_learn_cpu_refuses_an_sft_model_that_is_not_a_model_and_changes_nothing(
     assert proc.returncode == 1
     assert "is not a model folder" in proc.stderr and "nothing was changed" in proc.stderr
     assert (work / "kept.txt").exists()
+
+
+@pytest.mark.parametrize("task_name", ["one_step", "chain"])
+def test_learn_cpu_gives_the_sft_numbers_for_either_task(tmp_path, task_name):
+    """Every size the SFT gets is a number (the chain task's defaults once reached it as unfilled names)."""
+    proc = _learn_cpu(tmp_path, WORK_DIR=str(tmp_path / "work"), TASK=task_name)
+    [(args, _)] = _stub_calls(tmp_path, "recipes.cpu_learning.sft")
+    sizes = {flag: args[args.index(flag) + 1] for flag in ("--steps", "--tool_only_steps", "--tool_fraction",
+                                                             "--converged_loss", "--batch_size", "--lr")}
+    assert all(float(v) > 0 for v in sizes.values()), (sizes, proc.stderr)
+    assert int(sizes["--steps"]) > int(sizes["--tool_only_steps"])  # a mixed phase follows the tool-only one
+    [(task_args, _)] = _stub_calls(tmp_path, "recipes.cpu_learning.task")
+    assert task_args[task_args.index("--task") + 1] == task_name
+
+
+@pytest.mark.parametrize(("cpu_isa", "pins"), [(None, "avx2,AVX2,AVX2"), ("avx512", "avx512,AVX512,AVX512"),
+                                              ("native", ",,")])
+def test_learn_cpu_pins_the_cpu_kernels_of_every_process(tmp_path, cpu_isa, pins):
+    """The warm start's arithmetic depends on the instruction set torch's and MKL's kernels use (docs/testing.md,
+    "Reproducing a seed"): pinned by default for every process the script starts; native leaves the CPU's best."""
+    env = {"WORK_DIR": str(tmp_path / "work")} | ({} if cpu_isa is None else {"CPU_ISA": cpu_isa})
+    _learn_cpu(tmp_path, **env)
+    calls = _stub_calls(tmp_path, "")
+    assert {"recipes.cpu_learning.sft", "verl.trainer.main_ppo"} <= {a for args, _ in calls for a in args}
+    assert {isa for _, isa in calls} == {pins}
+
+
+def test_learn_cpu_refuses_an_unknown_instruction_set(tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "kept.txt").write_text("last run")
+    proc = _learn_cpu(tmp_path, WORK_DIR=str(work), CPU_ISA="sse9")
+    assert proc.returncode == 1 and "CPU_ISA must be avx2, avx512 or native, not 'sse9'" in proc.stderr
+    assert (work / "kept.txt").exists() and not (tmp_path / "calls.txt").exists()
+
+
+def test_a_traced_chain_run_keeps_its_traces_in_the_spool_for_upload(tmp_path):
+    """`TASK=chain TRACE=on TRACE_RELAY=offline bash scripts/learn_cpu.sh`, its GRPO launch as the script makes it
+    (PROFILE=cpu_learn, the chain task's turns and lengths) in a DRY_RUN: the profile's tracing (off) is turned on,
+    and the offline relay would keep every trace in OUTPUT_DIR/trace_spool, whose upload command the plan prints.
+    The relay's spool and upload themselves: tests/test_launch_trace_relay.py; a depth-3 root's messages:
+    tests/test_trace_conversation.py."""
+    from testkit.launcher import launch, plan_line
+
+    assert task.main(["--task", "chain", "--out_dir", str(tmp_path / "raw"), "--train_size", "9",
+                      "--test_size", "3"]) == 0
+    assert data_prep_main(["--input_dir", str(tmp_path / "raw"), "--local_save_dir", str(tmp_path / "data")]) == 0
+    out = tmp_path / "outputs"
+    proc = launch(tmp_path / "data", "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=5",
+                  "data.max_response_length=192", PROFILE="cpu_learn", DRY_RUN="1", TRACE="on",
+                  TRACE_RELAY="offline", WANDB_ENTITY="me", OUTPUT_DIR=str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert plan_line(proc.stdout, "tracing").startswith("weave,")
+    assert "at most 5 assistant turns" in plan_line(proc.stdout, "tools")
+    relay = next(line for line in proc.stdout.splitlines() if line.startswith("# traces through the relay:"))
+    assert f"serve --spool {out}/trace_spool --url-file {out}/trace_relay.url --offline --entity me" in relay
+    assert f"python scripts/upload_traces.py --spool {out}/trace_spool" in proc.stdout + proc.stderr

@@ -117,6 +117,31 @@ def test_the_server_applies_sglangs_length_rule_and_returns_log_probs_only_when_
     assert len(asyncio.run(server.generate(prompt, {**params, "max_tokens": 2}, "r3")).token_ids) <= 2
 
 
+def test_what_a_request_samples_does_not_depend_on_which_request_came_first(model_dir, tok):
+    """Sampled at temperature 1, each request draws from its own generator (rollout seed, replica, weights version,
+    prompt, how many requests sent that prompt before): two servers that get the same requests in opposite orders
+    sample the same per request, as concurrent multi-turn rollouts reach the model in a different order each run."""
+    from verl.workers.config import RolloutConfig
+
+    from recipes.cpu_backend.server import CpuRolloutServer
+
+    def fresh_server():
+        config = RolloutConfig(name="hf_cpu", prompt_length=512, response_length=12, load_format="auto", seed=7)
+        model_config = {"path": str(model_dir), "override_config": {"attn_implementation": "sdpa"}}
+        return CpuRolloutServer(config=config, model_config=model_config, replica_rank=0)
+
+    params = {"temperature": 1.0, "top_p": 1.0, "top_k": -1}
+    first, second = (encode(tok, first_turn_text(tok, q)) for q in (QUESTION, "What is 7 times 8?"))
+
+    def sample(server, prompts):
+        return [asyncio.run(server.generate(p, dict(params), f"r{i}")).token_ids for i, p in enumerate(prompts)]
+
+    a1, b1, a2 = sample(fresh_server(), [first, second, first])
+    b1_, a1_, a2_ = sample(fresh_server(), [second, first, first])
+    assert (a1_, b1_, a2_) == (a1, b1, a2)
+    assert a1 != a2  # the same prompt sent twice (a GRPO group) gets different samples
+
+
 def test_the_forced_call_is_a_well_formed_call_for_verls_parser_and_the_recipes_reward(tok):
     from verl.experimental.agent_loop.tool_parser import ToolParser
 

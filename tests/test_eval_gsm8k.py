@@ -110,6 +110,28 @@ def test_summary_of_a_handmade_dump(tmp_path):
         "RESULT strict_acc=0.2500 flexible_acc=0.5000 tool_calls_per_answer=0.5000")
 
 
+def test_summary_by_operations_needed_and_calls_per_operation(tmp_path):
+    """Dumps whose reward gave ref_ops (the reference solution's steps): accuracy and calls by depth, and calls per
+    operation over the correct answers needing 2+ operations (at most 1 per answer)."""
+    lines = [  # (ops, correct, calls)
+        (1, 1.0, 1), (1, 0.0, 0),
+        (2, 1.0, 2), (2, 1.0, 1), (2, 0.0, 2),  # the second: right with one step done in its head
+        (3, 1.0, 4), (3, 0.0, 1), (3, 0.0, 0),  # the first: one call more than needed counts as 1
+    ]
+    (tmp_path / "0.jsonl").write_text("".join(json.dumps(
+        {"input": f"Q{i}", "output": "", "gts": "1", "score": acc, "step": 0, "ref_ops": ops,
+         **scored(acc, acc, calls, "1" if acc else "")}) + "\n" for i, (ops, acc, calls) in enumerate(lines)))
+    proc = subprocess.run([sys.executable, "scripts/eval_summary.py", "--validation_dir", str(tmp_path)],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert [summary[f"answers_ops{k}"] for k in (1, 2, 3)] == [2, 3, 3]
+    assert [summary[f"strict_acc_ops{k}"] for k in (1, 2, 3)] == pytest.approx([1 / 2, 2 / 3, 1 / 3])
+    assert [summary[f"tool_calls_per_answer_ops{k}"] for k in (1, 2, 3)] == pytest.approx([0.5, 5 / 3, 5 / 3])
+    assert summary["correct_multi_op_answers"] == 3 and summary["calls_per_op"] == pytest.approx((1 + 0.5 + 1) / 3)
+    assert "| strict_acc_ops3 | 0.3333 |" in (tmp_path / "summary.md").read_text()
+
+
 def test_a_dump_without_the_rewards_keys_is_refused_not_rescored(tmp_path):
     (tmp_path / "0.jsonl").write_text(json.dumps({"input": "Q", "output": "#### 1", "gts": "1", "score": 1}) + "\n")
     proc = subprocess.run([sys.executable, "scripts/eval_summary.py", "--validation_dir", str(tmp_path)],

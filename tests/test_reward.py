@@ -83,6 +83,14 @@ def test_every_sample_reports_the_same_keys_and_types():
     assert all(type(a[k]) is type(b[k]) for k in a)
 
 
+def test_ref_ops_counts_the_reference_solutions_steps():
+    """GSM8K's own <<expr=value>> annotations: the evaluation summary's accuracy by number of operations."""
+    natalia = "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\nShe sold 48+24 = <<48+24=72>>72 clips.\n#### 72"
+    assert compute_score(DATA_SOURCE, "#### 72", "72", extra_info={"answer": natalia})["ref_ops"] == 2
+    assert compute_score(DATA_SOURCE, "#### 72", "72", extra_info={"answer": "48 + 24 is 72\n#### 72"})["ref_ops"] == 0
+    assert score("#### 72")["ref_ops"] == 0 and compute_score(DATA_SOURCE, "#### 72", "72")["ref_ops"] == 0
+
+
 def test_wrong_data_source_and_method_are_refused():
     with pytest.raises(ValueError, match="openai/gsm8k"):
         compute_score("lighteval/MATH", "#### 1", "1")

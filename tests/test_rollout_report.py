@@ -88,3 +88,26 @@ def test_missing_dumps_are_a_clear_error(tmp_path, repo_root):
     proc = subprocess.run([sys.executable, "scripts/rollout_report.py", "--rollout_dir", str(tmp_path),
                            "--out", str(tmp_path / "r")], cwd=repo_root, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1 and "no <step>.jsonl dumps in" in proc.stderr
+
+
+def test_dumps_with_ref_ops_get_curves_by_operations_needed(tmp_path, repo_root):
+    """The chain task's dumps: accuracy and tool calls per rollout by step, for each number of operations needed."""
+    import subprocess
+    import sys
+
+    rollouts = tmp_path / "rollouts"
+    rollouts.mkdir()
+    for step in (1, 2):  # 2-step problems: wrong with one call at step 1, right with two at step 2
+        lines = [{"input": "Q1", "output": "", "gts": "1", "score": 1.0, "acc": 1.0, "num_tool_calls": 1, "ref_ops": 1},
+                 {"input": "Q2", "output": "", "gts": "2", "score": step - 1.0, "acc": step - 1.0,
+                  "num_tool_calls": step, "ref_ops": 2}]
+        (rollouts / f"{step}.jsonl").write_text("".join(json.dumps({**line, "step": step}) + "\n" for line in lines))
+    out = tmp_path / "report"
+    proc = subprocess.run([sys.executable, "scripts/rollout_report.py", "--rollout_dir", str(rollouts), "--out",
+                           str(out)], cwd=repo_root, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert (out / "by_ops.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    report = (out / "report.md").read_text()
+    assert "| step | 1 ops | 2 ops |" in report
+    assert "| 1 | 1.00 / 1.00 | 0.00 / 1.00 |" in report and "| 2 | 1.00 / 1.00 | 1.00 / 2.00 |" in report
+    assert "![by_ops](by_ops.png)" in report

@@ -1,7 +1,9 @@
 """One trajectory's trace root as W&B receives it: the real weave client over HTTP to the loopback W&B stand-in
 (recipes.standins.weave_http_server), verl's tracing path, the recipe's agent loop with the calculator tool. The root
 must read as a conversation: reward and correctness first, then the turns as chat messages in the OpenAI
-shape the Weave UI shows as a chat (weave-js ChatView: isTraceCallChatFormatOpenAI, isMessage, isToolCall)."""
+shape the Weave UI shows as a chat (weave-js ChatView: isTraceCallChatFormatOpenAI, isMessage, isToolCall). A
+problem of three chained steps (the CPU learning check's chain task) must show the chain: call, result, a call on
+that result, ..."""
 
 import asyncio
 import json
@@ -14,6 +16,8 @@ from recipes import agent_loop_inprocess as harness
 from recipes.agent_loop import ScoredToolAgentLoop
 from recipes.constants import CALCULATOR
 from recipes.cpu_backend.qwen_tokenizer import load_qwen25_tokenizer
+from recipes.cpu_learning import task
+from recipes.cpu_learning.transcripts import expressions_of, scripted_turns
 from recipes.standins.scripted_llm import ScriptedLLM, tool_call
 from recipes.standins.weave_http_server import loopback_wandb
 from recipes.tool_sets import get_tool_set
@@ -23,18 +27,17 @@ QUESTION = "Natalia sold 48 clips in April and half as many in May. How many in 
 TURNS = [tool_call(CALCULATOR, expression="48/2"), "48 + 24 = 72 clips.\n#### 72"]
 
 
-@pytest.fixture(scope="module")
-def received():
-    """Every call W&B received for one traced trajectory, and the row it ran."""
+def traced_calls(row: dict, turns: list[str], max_turns: int = 5) -> list[dict]:
+    """Every call W&B received for one traced trajectory of `row` whose model writes `turns`."""
     from verl.utils.rollout_trace import RolloutTraceConfig, rollout_trace_attr
     from weave.trace.context import weave_client_context
 
     tok = load_qwen25_tokenizer()
-    config = harness.compose_trainer_config("calculator")
+    config = harness.compose_trainer_config(
+        "calculator", (f"actor_rollout_ref.rollout.multi_turn.max_assistant_turns={max_turns}",))
     tools = harness.load_tools(config)
-    row = build_row(SourceRecord(QUESTION, "#### 72", "t", 0), "train", get_tool_set("calculator"))
-    row["prompt"] = np.array(row["prompt"], dtype=object)  # as verl's batch hands raw_prompt to the loop
-    llm = ScriptedLLM(tok, lambda prompt: TURNS)
+    row = {**row, "prompt": np.array(row["prompt"], dtype=object)}  # as verl's batch hands raw_prompt to the loop
+    llm = ScriptedLLM(tok, lambda prompt: turns)
 
     async def rollout():
         with rollout_trace_attr(step=3, sample_index=0, rollout_n=0, validate=False):
@@ -49,11 +52,17 @@ def received():
             RolloutTraceConfig.init("gsm8k-conversation-test", "exp", "weave", token2text=True)
             asyncio.run(rollout())
             RolloutTraceConfig.get_client().flush()
-            calls = wandb.storage.recorded_calls()
+            return wandb.storage.recorded_calls()
         finally:
             RolloutTraceConfig.reset()
             weave_client_context.set_weave_client_global(None)
-    return {"calls": calls, "row": row}
+
+
+@pytest.fixture(scope="module")
+def received():
+    """Every call W&B received for one traced trajectory, and the row it ran."""
+    row = build_row(SourceRecord(QUESTION, "#### 72", "t", 0), "train", get_tool_set("calculator"))
+    return {"calls": traced_calls(row, TURNS), "row": row}
 
 
 def test_root_output_starts_with_the_reward_and_reads_as_a_conversation(received):
@@ -113,3 +122,23 @@ def test_every_tool_call_is_answered_in_the_order_written_malformed_ones_include
     assert (messages[2]["tool_call_id"], messages[3]["tool_call_id"]) == (bad["id"], good["id"])
     assert messages[2]["content"].startswith("Invalid JSON") and messages[3]["content"] == "3.5"
     assert messages[4] == {"role": "assistant", "content": "#### 3.5"}
+
+
+def test_a_three_step_chain_reads_as_call_result_call_on_that_result():
+    """The chain task's depth-3 problem, solved with one call per step: the root's messages hold each call, its
+    result, and the next call made on that result, then the answer (what a user opens in Weave)."""
+    problem = next(p for p in task.make_splits(0, 6, seed=2, task="chain")["test"] if p.depth == 3)
+    row = build_row(SourceRecord(problem.question, problem.record()["answer"], "t", 0), "test",
+                    get_tool_set("calculator"))
+    [root] = [c for c in traced_calls(row, scripted_turns(row)) if c["parent_id"] is None]
+    out = root["output"]
+    assert (out["reward"], out["correct"], out["num_tool_calls"], out["num_tool_results"]) == (1.0, True, 3, 3)
+    messages = out["messages"]
+    assert [m["role"] for m in messages] == ["system", "user"] + ["assistant", "tool"] * 3 + ["assistant"]
+    calls, results = messages[2:8:2], messages[3:8:2]
+    sent = [json.loads(m["tool_calls"][0]["function"]["arguments"])["expression"] for m in calls]
+    assert sent == expressions_of(row) and [r["content"] for r in results] == [str(v) for _, v in problem.steps]
+    for result, next_call in zip(results[:-1], sent[1:], strict=True):  # each result carried into the next call
+        assert next_call.split(" ")[0] == result["content"]
+    assert [r["tool_call_id"] for r in results] == [m["tool_calls"][0]["id"] for m in calls]
+    assert messages[-1] == {"role": "assistant", "content": f"#### {problem.answer}"}

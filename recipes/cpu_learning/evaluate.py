@@ -9,6 +9,8 @@ noise: 0.406 there, 0.391 here, tool-call rate 0.492 in both.
 
     python -m recipes.cpu_learning.evaluate --model_dir /tmp/m --data_dir /tmp/data --temperature 1.0
     python -m recipes.cpu_learning.evaluate --model_dir /tmp/m --data_dir /tmp/data_notools --tool_set none
+    python -m recipes.cpu_learning.evaluate --model_dir /tmp/m --data_dir /tmp/chain_data \
+        --override data.max_response_length=192 --override actor_rollout_ref.rollout.multi_turn.max_assistant_turns=5
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ OVERRIDES = ("data.max_prompt_length=256", "data.max_response_length=96",
 
 
 def evaluate(model_dir: Path, data_dir: Path, tool_set: str, temperature: float, limit: int | None,
-             seed: int = 0) -> dict:
+             seed: int = 0, overrides: tuple[str, ...] = ()) -> dict:
     import pyarrow.parquet as pq
     from verl.workers.config import RolloutConfig
 
@@ -33,7 +35,7 @@ def evaluate(model_dir: Path, data_dir: Path, tool_set: str, temperature: float,
     from recipes.cpu_backend import ROLLOUT_NAME
     from recipes.cpu_backend.server import CpuRolloutServer
 
-    config = harness.compose_trainer_config(tool_set, OVERRIDES)
+    config = harness.compose_trainer_config(tool_set, (*OVERRIDES, *overrides))
     rollout = config.actor_rollout_ref.rollout
     # the training run's own rollout server (no steering): SGLang's length rule, the model's EOS and stop ids
     server = CpuRolloutServer(
@@ -49,7 +51,8 @@ def evaluate(model_dir: Path, data_dir: Path, tool_set: str, temperature: float,
 
 def score_rollouts(config, tok, server, rows: list[dict], tool_set: str, temperature: float) -> dict:
     """One rollout per row through the recipe's agent loop, which scores it as training does (the model's turns,
-    the recipe's reward, strict): accuracy and tool-call rate."""
+    the recipe's reward, strict): accuracy and tool-call rate, and by the rows' number of steps (the evaluation
+    summary's by_ops: strict_acc_ops<k>, calls_per_op, ...)."""
     from recipes import agent_loop_inprocess as harness
     from recipes.agent_loop import REWARD_EXTRA_INFO, ScoredToolAgentLoop
 
@@ -66,12 +69,11 @@ def score_rollouts(config, tok, server, rows: list[dict], tool_set: str, tempera
             outputs.append(await loop.run(dict(sampling), **kwargs))
         return outputs
 
-    correct = calls = 0
-    for output in asyncio.run(all_rows()):
-        score = output.extra_fields[REWARD_EXTRA_INFO]
-        correct += score["acc_strict"]
-        calls += score["num_tool_calls"] > 0
-    return {"n": len(rows), "acc": correct / len(rows), "tool_call_rate": calls / len(rows)}
+    from recipes.evaluation.scoring import by_ops
+
+    scores = [output.extra_fields[REWARD_EXTRA_INFO] for output in asyncio.run(all_rows())]
+    return {"n": len(rows), "acc": sum(s["acc_strict"] for s in scores) / len(rows),
+            "tool_call_rate": sum(s["num_tool_calls"] > 0 for s in scores) / len(rows), **by_ops(scores)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,9 +84,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--temperature", type=float, default=0.0, help="0: greedy (validation); 1.0: as rollouts sample")
     p.add_argument("--limit", type=int, default=None, help="the first N test rows")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--override", action="append", default=[], help="a hydra override after the one-step sizes "
+                   "(repeatable), e.g. the chain task's data.max_response_length")
     args = p.parse_args(argv)
     for model_dir in args.model_dir:
-        result = evaluate(Path(model_dir), Path(args.data_dir), args.tool_set, args.temperature, args.limit, args.seed)
+        result = evaluate(Path(model_dir), Path(args.data_dir), args.tool_set, args.temperature, args.limit, args.seed,
+                          tuple(args.override))
         print("[evaluate] " + json.dumps(result), flush=True)
     return 0
 

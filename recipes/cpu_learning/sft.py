@@ -1,7 +1,9 @@
 """SFT warm start for the CPU learning check: plain torch on transcripts rendered as verl's agent loop renders them
-(recipes/cpu_learning/transcripts.py), loss on assistant tokens only. Each transcript drawn calls the calculator
-with probability --tool_fraction and otherwise answers straight away, so the warm start uses the tool only some of
-the time: whether calling it pays is left for GRPO to learn.
+(recipes/cpu_learning/transcripts.py), loss on assistant tokens only. In each transcript drawn, every step goes
+through the calculator with probability --tool_fraction; at the first step that does not, the answer comes straight
+away (a one-step problem: the call, or the answer at once). So the warm start uses the tool only some of the time,
+and on a chain of steps it stops calling before the end more often the longer the chain: whether calling it, and
+calling it for every step, pays is left for GRPO to learn. --max_depth leaves deeper problems out of the SFT.
 
     python -m recipes.cpu_learning.sft --model_dir /tmp/m0 --data_dir /tmp/data --out_dir /tmp/m_sft --steps 600
 
@@ -25,23 +27,34 @@ Example = tuple[list[int], list[int]]  # input ids, loss mask
 NOT_CONVERGED = 3  # exit status: the tool-only phase ended above --converged_loss
 
 
-def load_examples(model_dir: Path, data_dir: Path) -> tuple[object, list[tuple[Example, Example]]]:
-    """The tokenizer, and per train row its (with the tool, without it) transcripts."""
+def load_examples(model_dir: Path, data_dir: Path, max_depth: int = 0) -> tuple[object, list[list[Example]]]:
+    """The tokenizer, and per train row (of at most max_depth steps; 0: all) its transcripts by number of calls:
+    [0 calls (answer straight away), 1 call, ..., one call per step]."""
     import pyarrow.parquet as pq
     from transformers import AutoTokenizer
 
-    from recipes.cpu_learning.transcripts import Renderer
+    from recipes.cpu_learning.transcripts import Renderer, depth_of
     from recipes.tool_sets import get_tool_set
 
     tok = AutoTokenizer.from_pretrained(str(model_dir))
     renderer = Renderer(tok, get_tool_set("calculator").chat_schemas())
-    rows = pq.read_table(data_dir / "train.parquet").to_pylist()
-    return tok, [(renderer.render(row), renderer.render(row, use_tool=False)) for row in rows]
+    rows = [row for row in pq.read_table(data_dir / "train.parquet").to_pylist()
+            if not max_depth or depth_of(row) <= max_depth]
+    if not rows:
+        raise ValueError(f"{data_dir / 'train.parquet'}: no row of at most {max_depth} steps")
+    return tok, [[renderer.render(row, calls) for calls in range(depth_of(row) + 1)] for row in rows]
 
 
-def pick_transcripts(pairs: list[tuple[Example, Example]], tool_fraction: float, rng: random.Random) -> list[Example]:
-    """Per (with the tool, without it) pair, the tool transcript with probability tool_fraction."""
-    return [with_tool if rng.random() < tool_fraction else without for with_tool, without in pairs]
+def pick_transcripts(by_calls: list[list[Example]], tool_fraction: float, rng: random.Random) -> list[Example]:
+    """Per row's transcripts (by number of calls), one: each step is a call with probability tool_fraction, up to
+    the first that is not (then the answer)."""
+    picked = []
+    for transcripts in by_calls:
+        calls = 0
+        while calls < len(transcripts) - 1 and rng.random() < tool_fraction:
+            calls += 1
+        picked.append(transcripts[calls])
+    return picked
 
 
 def batch_tensors(examples, pad_id: int):
@@ -71,7 +84,7 @@ def train(args) -> dict:
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     rng = random.Random(args.seed)
-    tok, examples = load_examples(Path(args.model_dir), Path(args.data_dir))
+    tok, examples = load_examples(Path(args.model_dir), Path(args.data_dir), args.max_depth)
     model = AutoModelForCausalLM.from_pretrained(args.model_dir, torch_dtype=torch.float32)
     model.train()
     optim = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0, betas=(0.9, 0.98), foreach=True)
@@ -132,7 +145,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="length of the cosine schedule (default --steps); longer stops before the decay ends")
     p.add_argument("--warmup", type=int, default=30)
     p.add_argument("--tool_fraction", type=float, default=1.0,
-                   help="share of transcripts that call the calculator (the rest answer straight away)")
+                   help="probability that a step goes through the calculator (at the first that does not, the "
+                        "answer comes straight away); one-step problems: the share that call it")
+    p.add_argument("--max_depth", type=int, default=0,
+                   help="train only on problems of at most this many steps (0: all)")
     p.add_argument("--tool_only_steps", type=int, default=0,
                    help="steps on tool transcripts only, before --tool_fraction applies: the model learns to copy "
                         "the tool's result first (with direct answers mixed in from the start it did not)")

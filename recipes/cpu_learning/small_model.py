@@ -70,14 +70,15 @@ def save_tokenizer(tok, folder: Path) -> None:
     _wrap(tok).save_pretrained(str(folder))
 
 
-def save_model(folder: Path, tokenizer, seed: int) -> int:
+def save_model(folder: Path, tokenizer, seed: int, shape: dict | None = None) -> int:
     import torch
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
     vocab = -(-len(tokenizer) // 64) * 64
     config = Qwen2Config(vocab_size=vocab, tie_word_embeddings=True, torch_dtype="float32",
                          bos_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
-                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, **MODEL_SHAPE)
+                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+                         **(shape or MODEL_SHAPE))
     torch.manual_seed(seed)
     model = Qwen2ForCausalLM(config)
     model.save_pretrained(str(folder), safe_serialization=True)
@@ -86,14 +87,14 @@ def save_model(folder: Path, tokenizer, seed: int) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def build(data_dir: Path, out_dir: Path, seed: int) -> int:
+def build(data_dir: Path, out_dir: Path, seed: int, shape: dict | None = None) -> int:
     """Tokenizer (trained on the prepared train rows' prompts, both tool sets) and a random model, into out_dir."""
     import pyarrow.parquet as pq
 
-    return build_from_rows(pq.read_table(data_dir / "train.parquet").to_pylist(), out_dir, seed)
+    return build_from_rows(pq.read_table(data_dir / "train.parquet").to_pylist(), out_dir, seed, shape)
 
 
-def build_from_rows(rows: list[dict], out_dir: Path, seed: int) -> int:
+def build_from_rows(rows: list[dict], out_dir: Path, seed: int, shape: dict | None = None) -> int:
     from transformers import AutoTokenizer
 
     from recipes.tool_sets import TOOL_SETS, get_tool_set
@@ -112,7 +113,7 @@ def build_from_rows(rows: list[dict], out_dir: Path, seed: int) -> int:
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     try:
         save_tokenizer(build_tokenizer(corpus, fixed_pieces(render, rows)), tmp)
-        params = save_model(tmp, AutoTokenizer.from_pretrained(str(tmp)), seed)
+        params = save_model(tmp, AutoTokenizer.from_pretrained(str(tmp)), seed, shape)
         shutil.rmtree(out_dir, ignore_errors=True)
         tmp.rename(out_dir)
     finally:
@@ -124,8 +125,9 @@ def answer_turns(row: dict) -> str:
     """Text like the assistant turns and tool responses, so their pieces get merges too."""
     from recipes.cpu_learning.transcripts import scripted_turns
 
-    call, final = scripted_turns(row)
-    return f"{call}<|im_end|>\n<|im_start|>user\n<tool_response>\n0\n</tool_response><|im_end|>\n{final}<|im_end|>"
+    *calls, final = scripted_turns(row)
+    tool_turn = "<|im_end|>\n<|im_start|>user\n<tool_response>\n0\n</tool_response><|im_end|>\n"
+    return "".join(call + tool_turn for call in calls) + f"{final}<|im_end|>"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -133,10 +135,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data_dir", required=True, help="the output of data_prep/gsm8k.py (train.parquet)")
     p.add_argument("--out_dir", required=True)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--hidden_size", type=int, default=MODEL_SHAPE["hidden_size"],
+                   help="width (the MLP is twice as wide); 8 heads of hidden_size/8")
+    p.add_argument("--layers", type=int, default=MODEL_SHAPE["num_hidden_layers"])
     args = p.parse_args(argv)
+    if args.hidden_size % MODEL_SHAPE["num_attention_heads"] or args.layers < 1:
+        p.error(f"--hidden_size must be a multiple of {MODEL_SHAPE['num_attention_heads']} and --layers at least 1")
+    shape = {**MODEL_SHAPE, "hidden_size": args.hidden_size, "intermediate_size": 2 * args.hidden_size,
+             "num_hidden_layers": args.layers}
     out = Path(args.out_dir)
     out.parent.mkdir(parents=True, exist_ok=True)
-    params = build(Path(args.data_dir), out, args.seed)
+    params = build(Path(args.data_dir), out, args.seed, shape)
     print(f"[small_model] {params:,} parameters (fp32) and tokenizer -> {out}")
     return 0
 

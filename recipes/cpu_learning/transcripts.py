@@ -1,12 +1,14 @@
 """SFT transcripts rendered as verl's ToolAgentLoop renders a rollout, token for token.
 
-With the tool, one problem has two assistant turns: a calculator call, then the answer after the tool's result;
-without it, one turn: the answer straight away (what a model that skips the tool writes). The ids are what the
-agent loop would hold after the same conversation: the prompt (chat template with the tool schemas, generation
-prompt), each assistant turn as generated tokens ending in <|im_end|>, and each tool response as the agent loop
-appends it (a "\\n" closing the assistant turn, then the tool message rendered by the template, then the next
-generation prompt). The loss mask is 1 on assistant tokens only, as verl's response_mask.
-tests/test_cpu_learning.py checks the result against verl's real agent loop, token by token.
+A problem of d operations (one per line of its reference answer, GSM8K's `<<expr=value>>` steps) rendered with k
+calls (0 <= k <= d) has k + 1 assistant turns: the calculator calls for the first k steps, each on the previous
+call's result, then the answer; with k < d the answer comes straight away, without the last d - k steps (what a
+model that skips the tool writes). The ids are what the agent loop would hold after the same conversation: the
+prompt (chat template with the tool schemas, generation prompt), each assistant turn as generated tokens ending in
+<|im_end|>, and each tool response as the agent loop appends it (a "\\n" closing the assistant turn, then the tool
+message rendered by the template, then the next generation prompt). The loss mask is 1 on assistant tokens only,
+as verl's response_mask. tests/test_cpu_learning.py checks the result against verl's real agent loop, token by
+token, for every k of one-, two- and three-step problems.
 """
 
 from __future__ import annotations
@@ -16,10 +18,16 @@ import json
 from recipes.constants import CALCULATOR
 from tools.arithmetic import calculate
 
+_STEP = " = <<"  # `347 + 589 = <<347+589=936>>936`: the expression as written, then GSM8K's annotation
 
-def expression_of(row: dict) -> str:
-    """The worked step of the row's answer: `347 + 589 = <<...` -> `347 + 589`."""
-    return row["extra_info"]["answer"].split(" = ", 1)[0]
+
+def expressions_of(row: dict) -> list[str]:
+    """The worked steps of the row's answer, in order: `347 + 589 = <<...` -> `347 + 589`."""
+    return [line.split(_STEP, 1)[0] for line in row["extra_info"]["answer"].splitlines() if _STEP in line]
+
+
+def depth_of(row: dict) -> int:
+    return len(expressions_of(row))
 
 
 def call_text(expression: str) -> str:
@@ -31,9 +39,11 @@ def final_text(result: str) -> str:
     return f"#### {result}"
 
 
-def scripted_turns(row: dict) -> tuple[str, str]:
-    expression = expression_of(row)
-    return call_text(expression), final_text(calculate(expression))
+def scripted_turns(row: dict, calls: int | None = None) -> list[str]:
+    """The assistant turns of a transcript with `calls` calls (default: one per step), then the answer."""
+    expressions = expressions_of(row)
+    calls = len(expressions) if calls is None else calls
+    return [call_text(e) for e in expressions[:calls]] + [final_text(calculate(expressions[-1]))]
 
 
 class Renderer:
@@ -53,17 +63,17 @@ class Renderer:
         text = f"\n<|im_start|>user\n<tool_response>\n{result}\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
         return self.tok.encode(text, add_special_tokens=False)
 
-    def render(self, row: dict, use_tool: bool = True) -> tuple[list[int], list[int]]:
-        """(input ids, loss mask) of the whole conversation: prompt, call, tool response, answer; or, without the
-        tool, prompt and answer."""
-        expression = expression_of(row)
-        result = calculate(expression)
-        prompt = self.prompt_ids(list(row["prompt"]))
-        if use_tool:
-            pieces = [(prompt, 0), (self.assistant_ids(call_text(expression)), 1), (self.tool_ids(result), 0),
-                      (self.assistant_ids(final_text(result)), 1)]
-        else:
-            pieces = [(prompt, 0), (self.assistant_ids(final_text(result)), 1)]
+    def render(self, row: dict, calls: int | None = None) -> tuple[list[int], list[int]]:
+        """(input ids, loss mask) of the whole conversation: the prompt, then per call the call and the tool's
+        response, then the answer. calls: how many of the steps go through the calculator (default: all)."""
+        expressions = expressions_of(row)
+        calls = len(expressions) if calls is None else calls
+        if not 0 <= calls <= len(expressions):
+            raise ValueError(f"a {len(expressions)}-step problem has 0..{len(expressions)} calls, not {calls}")
+        pieces = [(self.prompt_ids(list(row["prompt"])), 0)]
+        for expression in expressions[:calls]:
+            pieces += [(self.assistant_ids(call_text(expression)), 1), (self.tool_ids(calculate(expression)), 0)]
+        pieces.append((self.assistant_ids(final_text(calculate(expressions[-1]))), 1))
         ids, mask = [], []
         for piece, m in pieces:
             ids += piece

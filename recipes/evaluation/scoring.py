@@ -10,6 +10,7 @@ from statistics import mean
 
 # what recipes/reward.py returns and verl dumps beside each line's "score"
 SCORE_FIELDS = ("acc_strict", "acc_flexible", "format_ok", "num_tool_calls", "num_bad_tool_calls", "pred")
+REF_OPS = "ref_ops"  # the reward's count of the reference solution's steps; dumps made before it lack it
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -25,7 +26,7 @@ def score_record(record: dict) -> dict:
     if missing:
         raise ValueError(f"a dump line has no {', '.join(missing)}: the run's reward function "
                          "(reward.custom_reward_function) must return recipes/reward.py's keys")
-    return {key: record[key] for key in SCORE_FIELDS}
+    return {key: record[key] for key in SCORE_FIELDS} | ({REF_OPS: int(record[REF_OPS])} if REF_OPS in record else {})
 
 
 def summarize(records: list[dict], ks: tuple[int, ...] = (1,)) -> dict:
@@ -45,9 +46,33 @@ def summarize(records: list[dict], ks: tuple[int, ...] = (1,)) -> dict:
         "tool_calls_per_answer": mean(s["num_tool_calls"] for s in scored),
         "tool_call_rate": mean(s["num_tool_calls"] > 0 for s in scored),
     }
+    if all(REF_OPS in s for s in scored):
+        summary.update(by_ops(scored))
     for k in ks:
         if k <= n:
             for method in ("strict", "flexible"):
                 summary[f"pass@{k}_{method}"] = mean(
                     pass_at_k(len(g), int(sum(s[f"acc_{method}"] for s in g)), k) for g in groups.values())
     return summary
+
+
+def by_ops(scored: list[dict]) -> dict:
+    """Accuracy and tool calls by the number of operations the reference solution needs (`ref_ops`, its GSM8K
+    `<<...>>` steps): `answers_ops<k>`, `strict_acc_ops<k>`, `tool_calls_per_answer_ops<k>` per k; and
+    `calls_per_op`: over the correct answers that needed 2 or more operations, the mean share of those operations
+    that went through a well-formed tool call (calls / operations, at most 1 per answer; 0.0 when there is no such
+    answer, with `correct_multi_op_answers` saying how many there were). Near 1, the model chained its calls; well
+    below, it skipped steps and got there anyway."""
+    groups: dict[int, list[dict]] = defaultdict(list)
+    for s in scored:
+        groups[s[REF_OPS]].append(s)
+    out: dict = {}
+    for ops in sorted(groups):
+        group = groups[ops]
+        out[f"answers_ops{ops}"] = len(group)
+        out[f"strict_acc_ops{ops}"] = mean(s["acc_strict"] for s in group)
+        out[f"tool_calls_per_answer_ops{ops}"] = mean(s["num_tool_calls"] for s in group)
+    chained = [s for s in scored if s[REF_OPS] >= 2 and s["acc_strict"]]
+    out["correct_multi_op_answers"] = len(chained)
+    out["calls_per_op"] = mean(min(1.0, s["num_tool_calls"] / s[REF_OPS]) for s in chained) if chained else 0.0
+    return out

@@ -26,12 +26,37 @@ def plot_steps(series: dict[str, list[dict]], out: Path, floor: float) -> Path:
             ax.axhline(floor, color="red", linestyle="--", linewidth=1, label=f"collapse alarm ({floor:.0%})")
         if key in ("accuracy", "tool_call_rate"):
             ax.set_ylim(-0.02, 1.02)
-        ax.set_title(title)
-        ax.set_xlabel("training step")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    path = out / "steps.png"
+        _finish(ax, title, legend_size=8)
+    return _save(fig, out / "steps.png")
+
+
+def plot_ops(series: dict[str, dict[int, list[dict]]], out: Path) -> Path:
+    """Accuracy and tool calls per rollout by step, one line per number of reference operations (`ref_ops`) and
+    dump folder: does the model learn the longer chains, and call the tool once per step?"""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), constrained_layout=True)
+    for ax, (key, title) in zip(axes, (("accuracy", "accuracy by operations needed"),
+                                       ("tool_calls_per_rollout", "tool calls per rollout by operations needed")),
+                                strict=True):
+        for label, by_ops in series.items():
+            for ops, steps in by_ops.items():
+                ax.plot([s["step"] for s in steps], [s[key] for s in steps], marker="o" if label == "validation"
+                        else None, linestyle=":" if label == "validation" else "-", label=f"{label}, {ops} ops")
+        if key == "accuracy":
+            ax.set_ylim(-0.02, 1.02)
+        _finish(ax, title, legend_size=7)
+    return _save(fig, out / "by_ops.png")
+
+
+def _finish(ax, title: str, legend_size: int) -> None:
+    """What every by-step panel has: its title, integer steps on x, a light grid, a legend."""
+    ax.set_title(title)
+    ax.set_xlabel("training step")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=legend_size)
+
+
+def _save(fig, path: Path) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path

@@ -21,6 +21,19 @@ def by_step(records: list[dict]) -> list[dict]:
     } for step, rs in sorted(groups.items())]
 
 
+def by_step_and_ops(records: list[dict]) -> dict[int, list[dict]]:
+    """Per number of reference operations (the reward's `ref_ops`, GSM8K's `<<...>>` steps), the per-step accuracy
+    and tool calls per rollout: {ops: [{"step", "rollouts", "accuracy", "tool_calls_per_rollout"}, ...]}. Empty
+    when a dump line has no `ref_ops` (dumps made before the reward gave it)."""
+    if not records or any("ref_ops" not in r for r in records):
+        return {}
+    groups: dict[int, list[dict]] = defaultdict(list)
+    for r in records:
+        groups[int(r["ref_ops"])].append(r)
+    return {ops: [{k: v for k, v in s.items() if k in ("step", "rollouts", "accuracy", "tool_calls_per_rollout")}
+                  for s in by_step(rs)] for ops, rs in sorted(groups.items())}
+
+
 def prompt_accuracy(records: list[dict]) -> dict[str, dict[int, float]]:
     """{prompt text: {step: accuracy over that prompt's rollouts at that step}}."""
     table: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
