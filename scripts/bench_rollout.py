@@ -389,6 +389,8 @@ def _instrument(actor) -> bool:
 def _instrumented(actor) -> dict:
     from weave.trace.weave_client import WeaveClient
 
+    if not hasattr(WeaveClient, "bench_finished"):  # this worker traces nothing (its weave.init failed: its log says)
+        return {"finished": {}, "trace_s": 0.0}
     return {"finished": dict(WeaveClient.bench_finished), "trace_s": WeaveClient.bench_spent["trace_s"]}
 
 
@@ -444,7 +446,12 @@ class Arm:
         self.manager = manager_class.create(config=self.config, llm_client=client)
         self.workers = self.manager.agent_loop_workers
         self.pids = ray.get([w.__ray_call__.remote(lambda self: os.getpid()) for w in self.workers])
-        self.instrumented = any(ray.get([w.__ray_call__.remote(_instrument) for w in self.workers]))
+        traced = ray.get([w.__ray_call__.remote(_instrument) for w in self.workers])
+        self.instrumented = any(traced)
+        if self.instrumented and not all(traced):  # its traces will be missing from the counts: say whose
+            untraced = [pid for pid, ok in zip(self.pids, traced) if not ok]
+            print(f"[bench_rollout] WARNING: {self.name}: agent-loop worker(s) {untraced} trace nothing (weave.init "
+                  "failed there; see the worker's log)", file=sys.stderr, flush=True)
         ray.get([w.__ray_call__.remote(_gc_clock) for w in self.workers])
         self.processes = [psutil.Process(pid) for pid in self.pids]
         self.steps: list[dict] = []

@@ -363,12 +363,13 @@ def test_sft_stops_and_saves_nothing_when_the_tool_only_phase_has_not_converged(
 def _stub_python(tmp_path):
     """A stand-in for the interpreter learn_cpu.sh runs: task, data prep, model and SFT do nothing but note their
     arguments and the kernel pins in their environment (tmp_path/calls.txt, one line each), and the first evaluation
-    (eval_gsm8k.sh's main_ppo) fails, so the script stops right after it has set up the warm start."""
+    (eval_gsm8k.sh's launcher, `python -m recipes.launch`) fails, so the script stops right after it has set up
+    the warm start."""
     stub = tmp_path / "python"
     stub.write_text('#!/usr/bin/env bash\n'
                     f'echo "$* | ISA=${{ATEN_CPU_CAPABILITY:-}},${{MKL_CBWR:-}},${{MKL_ENABLE_INSTRUCTIONS:-}}" '
                     f'>> {tmp_path / "calls.txt"}\n'
-                    'case "$*" in *verl.trainer.main_ppo*) exit 7 ;; esac\nexit 0\n')
+                    'case "$*" in *recipes.launch*) exit 7 ;; esac\nexit 0\n')
     stub.chmod(0o755)
     return stub
 
@@ -435,7 +436,7 @@ def test_learn_cpu_pins_the_cpu_kernels_of_every_process(tmp_path, cpu_isa, pins
     env = {"WORK_DIR": str(tmp_path / "work")} | ({} if cpu_isa is None else {"CPU_ISA": cpu_isa})
     _learn_cpu(tmp_path, **env)
     calls = _stub_calls(tmp_path, "")
-    assert {"recipes.cpu_learning.sft", "verl.trainer.main_ppo"} <= {a for args, _ in calls for a in args}
+    assert {"recipes.cpu_learning.sft", "recipes.launch"} <= {a for args, _ in calls for a in args}
     assert {isa for _, isa in calls} == {pins}
 
 
@@ -454,18 +455,19 @@ def test_a_traced_chain_run_keeps_its_traces_in_the_spool_for_upload(tmp_path):
     and the offline relay would keep every trace in OUTPUT_DIR/trace_spool, whose upload command the plan prints.
     The relay's spool and upload themselves: tests/test_launch_trace_relay.py; a depth-3 root's messages:
     tests/test_trace_conversation.py."""
-    from testkit.launcher import launch, plan_line
+    from recipes.launch.decision import traces_line
+    from testkit.launcher import plan
 
     assert task.main(["--task", "chain", "--out_dir", str(tmp_path / "raw"), "--train_size", "9",
                       "--test_size", "3"]) == 0
     assert data_prep_main(["--input_dir", str(tmp_path / "raw"), "--local_save_dir", str(tmp_path / "data")]) == 0
     out = tmp_path / "outputs"
-    proc = launch(tmp_path / "data", "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=5",
-                  "data.max_response_length=192", PROFILE="cpu_learn", DRY_RUN="1", TRACE="on",
-                  TRACE_RELAY="offline", WANDB_ENTITY="me", OUTPUT_DIR=str(out))
-    assert proc.returncode == 0, proc.stderr
-    assert plan_line(proc.stdout, "tracing").startswith("weave,")
-    assert "at most 5 assistant turns" in plan_line(proc.stdout, "tools")
-    relay = next(line for line in proc.stdout.splitlines() if line.startswith("# traces through the relay:"))
-    assert f"serve --spool {out}/trace_spool --url-file {out}/trace_relay.url --offline --entity me" in relay
-    assert f"python scripts/upload_traces.py --spool {out}/trace_spool" in proc.stdout + proc.stderr
+    planned = plan(tmp_path / "data", "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=5",
+                   "data.max_response_length=192", PROFILE="cpu_learn", DRY_RUN="1", TRACE="on",
+                   TRACE_RELAY="offline", WANDB_ENTITY="me", OUTPUT_DIR=str(out))
+    assert planned.preflight.ok, planned.err
+    assert planned.row("tracing").startswith("weave,")
+    assert "at most 5 assistant turns" in planned.row("tools")
+    relay = planned.launch.relay.describe()
+    assert f"serve --spool {out}/trace_spool" in relay and "--offline --entity me" in relay, relay
+    assert f"python scripts/upload_traces.py --spool {out}/trace_spool" in traces_line(planned.launch)
