@@ -449,7 +449,7 @@ class Arm:
         traced = ray.get([w.__ray_call__.remote(_instrument) for w in self.workers])
         self.instrumented = any(traced)
         if self.instrumented and not all(traced):  # its traces will be missing from the counts: say whose
-            untraced = [pid for pid, ok in zip(self.pids, traced) if not ok]
+            untraced = [pid for pid, ok in zip(self.pids, traced, strict=True) if not ok]
             print(f"[bench_rollout] WARNING: {self.name}: agent-loop worker(s) {untraced} trace nothing (weave.init "
                   "failed there; see the worker's log)", file=sys.stderr, flush=True)
         ray.get([w.__ray_call__.remote(_gc_clock) for w in self.workers])
