@@ -56,3 +56,36 @@ def test_every_node_keeps_its_traces_through_a_relay_that_is_replaced_on_that_no
     assert set(by_node) == set(faults), (by_node, faults)
     assert all(s.pending == 0 and s.replaced >= 1 and s.status == 0 for s in summaries), [s.line() for s in summaries]
     assert by_node[stopped].hangs >= 1
+
+
+def test_a_keeper_that_died_while_starting_is_asked_again_until_it_answers(monkeypatch):
+    """Ray restarts a keeper whose process died while starting (max_restarts=-1) and says it is unavailable
+    meanwhile: the launch asks again until its deadline instead of failing (seen once under a loaded CI-like run)."""
+    import time
+
+    import ray
+    from ray.exceptions import RayActorError
+
+    from recipes.trace_relay.on_ray import ClusterRelays
+
+    answers = [RayActorError(), RayActorError(), True]
+
+    def get(ref):  # stands in for ray.get on the keeper's wait_ready: unavailable twice, then ready
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    class Handle:  # stands in for the keeper's actor handle
+        class wait_ready:  # noqa: N801 - the actor method's name
+            @staticmethod
+            def remote(timeout_s):
+                return timeout_s
+
+    relays = ClusterRelays.__new__(ClusterRelays)
+    relays.keepers = {"node-a": Handle}
+    monkeypatch.setattr(ray, "get", get)
+    monkeypatch.setattr(time, "sleep", lambda s: None)
+    assert relays._answers("node-a", time.monotonic() + 60) is True and answers == []
+    answers[:] = [RayActorError()] * 3
+    assert relays._answers("node-a", time.monotonic() - 1) is False  # past its deadline: the launch says which node

@@ -178,17 +178,31 @@ class ClusterRelays:
 
     def start(self, ready_timeout_s: float = READY_TIMEOUT_S) -> ClusterRelays:
         """A keeper on every alive node, each with a relay that answers (RuntimeError naming the nodes if not)."""
-        import ray
-
         new = self.ensure_every_node()
-        ready = ray.get([self.keepers[node].wait_ready.remote(ready_timeout_s) for node in new])
-        silent = [node for node, ok in zip(new, ready, strict=True) if not ok]
+        deadline = time.monotonic() + ready_timeout_s
+        silent = [node for node in new if not self._answers(node, deadline)]
         if silent:
             raise RuntimeError(f"no trace relay answered within {ready_timeout_s:.0f} s on node(s) {silent}; see "
                                f"relay.log in their spool folders under {self.settings.spool_base}")
         self._watcher = threading.Thread(target=self._watch, name="relay-keepers", daemon=True)
         self._watcher.start()
         return self
+
+    def _answers(self, node: str, deadline: float) -> bool:
+        """Whether the node's keeper has a relay that answers before `deadline`. A keeper whose process died while
+        starting is started again by Ray (max_restarts=-1); until then Ray says it is unavailable: ask again."""
+        import ray
+        from ray.exceptions import ActorUnavailableError, RayActorError
+
+        while True:
+            try:
+                return ray.get(self.keepers[node].wait_ready.remote(max(deadline - time.monotonic(), 1.0)))
+            except (ActorUnavailableError, RayActorError) as err:
+                if time.monotonic() >= deadline:
+                    return False
+                logger.warning("relay keeper on node %s not reachable yet (%s); asking again", node,
+                               type(err).__name__)
+                time.sleep(1.0)
 
     def ensure_every_node(self) -> list[str]:
         """Start a keeper on each alive node that has none; the node ids it started one on."""
