@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -36,28 +37,72 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def _bindable(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+class Ports:
+    """One cluster's ports, all different. Single ports are the kernel's free ones (its ephemeral range); each node's
+    100 worker ports are a block below that range, where the kernel never hands a port out, so no single port of any
+    node can fall inside a worker range (Ray refuses to start when one does)."""
+
+    WORKERS = 100
+
+    def __init__(self, seed: int | None = None):
+        self._taken: set[int] = set()
+        self._random = random.Random(seed)
+        try:
+            low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            low = 32768
+        self._worker_ceiling = low  # worker blocks end below the ephemeral range
+
+    def single(self) -> int:
+        while (port := free_port()) in self._taken:
+            pass
+        self._taken.add(port)
+        return port
+
+    def worker_block(self) -> int:
+        """The first port of WORKERS consecutive ports, each free now and none given out before."""
+        floor = 10000
+        for _ in range(200):
+            first = self._random.randrange(floor, self._worker_ceiling - self.WORKERS)
+            block = range(first, first + self.WORKERS)
+            if not self._taken.intersection(block) and all(_bindable(port) for port in block):
+                self._taken.update(block)
+                return first
+        raise RuntimeError(f"no {self.WORKERS} consecutive free ports between {floor} and {self._worker_ceiling}")
+
+
 def driver_env() -> dict[str, str]:
     token = Path.home() / ".ray" / "auth_token"
     return {"RAY_AUTH_MODE": "token"} if token.is_file() or os.environ.get("RAY_AUTH_TOKEN") else {}
 
 
-def node_ports(head: bool) -> list[str]:
-    """Every port a raylet opens, free ones (the worker range too: 100 ports from a free one upwards)."""
-    low = free_port()
-    ports = [f"--node-manager-port={free_port()}", f"--object-manager-port={free_port()}",
-             f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}",
-             f"--metrics-export-port={free_port()}", f"--runtime-env-agent-port={free_port()}",
-             f"--min-worker-port={low}", f"--max-worker-port={low + 99}"]
+def node_ports(ports: Ports, head: bool) -> list[str]:
+    """Every port a raylet opens, each different from every other port of the cluster."""
+    low = ports.worker_block()
+    flags = [f"--node-manager-port={ports.single()}", f"--object-manager-port={ports.single()}",
+             f"--dashboard-agent-listen-port={ports.single()}", f"--dashboard-agent-grpc-port={ports.single()}",
+             f"--metrics-export-port={ports.single()}", f"--runtime-env-agent-port={ports.single()}",
+             f"--min-worker-port={low}", f"--max-worker-port={low + Ports.WORKERS - 1}"]
     if head:
-        ports.append(f"--ray-client-server-port={free_port()}")
-    return ports
+        flags.append(f"--ray-client-server-port={ports.single()}")
+    return flags
 
 
 def start(directory: Path, nodes: int, cpus: int, gpus: int) -> dict:
     directory.mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # cpu_env.sh's `local` is for one node
     env.update(RAY_USAGE_STATS_ENABLED="0", PATH=f"{Path(sys.executable).parent}:{env.get('PATH', '')}", **driver_env())
-    gcs, dashboard = free_port(), free_port()
+    ports = Ports()
+    gcs, dashboard = ports.single(), ports.single()
     temp_dirs = [tempfile.mkdtemp(prefix="rn", dir="/tmp") for _ in range(nodes)]  # short: socket paths live there
     state = {"gcs": f"127.0.0.1:{gcs}", "dashboard": f"http://127.0.0.1:{dashboard}", "temp_dirs": temp_dirs,
              "nodes": nodes, "env": driver_env()}
@@ -66,9 +111,9 @@ def start(directory: Path, nodes: int, cpus: int, gpus: int) -> dict:
     for index, temp_dir in enumerate(temp_dirs):
         if index == 0:
             command = [RAY, "start", "--head", f"--port={gcs}", "--dashboard-host=127.0.0.1",
-                       f"--dashboard-port={dashboard}", "--include-dashboard=true", *node_ports(head=True)]
+                       f"--dashboard-port={dashboard}", "--include-dashboard=true", *node_ports(ports, head=True)]
         else:
-            command = [RAY, "start", f"--address=127.0.0.1:{gcs}", *node_ports(head=False)]
+            command = [RAY, "start", f"--address=127.0.0.1:{gcs}", *node_ports(ports, head=False)]
         proc = subprocess.run([*command, *common, f"--temp-dir={temp_dir}"], env=env, capture_output=True,
                               text=True, timeout=300)
         if proc.returncode != 0:
