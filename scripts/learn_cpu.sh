@@ -125,6 +125,10 @@ field() { "$PYTHON" -c 'import json, sys; print(round(json.loads(sys.argv[1]).ge
 source "$REPO_ROOT/scripts/cpu_env.sh"
 export WANDB_MODE=${WANDB_MODE:-offline} WANDB_ERROR_REPORTING=${WANDB_ERROR_REPORTING:-false}
 mkdir -p "$WORK_DIR/eval"
+if [ "$TASK" = chain ]; then  # seconds: which turn of a chain the warm start gets wrong (teacher-forced, greedy)
+  "$PYTHON" -m recipes.cpu_learning.turn_accuracy --model_dir "$WORK_DIR/model_sft" --data_dir "$WORK_DIR/data" \
+    --threads "$THREADS" | tee "$WORK_DIR/eval/sft_turns.txt" >&2
+fi
 log "evaluating the SFT start (scripts/eval_gsm8k.sh, DEVICE=cpu)"
 SFT_SCORE=$(evaluate sft "$WORK_DIR/model_sft" "$WORK_DIR/data" calculator)
 

@@ -426,6 +426,9 @@ def test_learn_cpu_gives_the_sft_numbers_for_either_task(tmp_path, task_name):
     assert int(sizes["--steps"]) > int(sizes["--tool_only_steps"])  # a mixed phase follows the tool-only one
     [(task_args, _)] = _stub_calls(tmp_path, "recipes.cpu_learning.task")
     assert task_args[task_args.index("--task") + 1] == task_name
+    turns = _stub_calls(tmp_path, "recipes.cpu_learning.turn_accuracy")  # the chain's warm start, turn by turn
+    assert [args[args.index("--model_dir") + 1] for args, _ in turns] == (
+        [str(tmp_path / "work" / "model_sft")] if task_name == "chain" else [])
 
 
 @pytest.mark.parametrize(("cpu_isa", "pins"), [(None, "avx2,AVX2,AVX2"), ("avx512", "avx512,AVX512,AVX512"),
