@@ -25,11 +25,12 @@ from recipes.trace_relay.spool import Spool
 from recipes.tracing import TRACE_RELAY_ENV
 from testkit.relay_process import RelayProcess
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = pytest.mark.timeout(240)
 
 CLIENTS, STEPS, CALLS_PER_STEP = 2, 6, 20
 FORWARDED_STEPS, KILL_AFTER_STEP = 2, 3  # W&B goes down after step 2; the relay dies after step 3
 RESTART_DELAY_S = 2.0  # the keeper's first restart delay: alone longer than the window below
+REPLACEMENT_BOUND_S = 120.0  # how long the test waits for the replaced relay to answer
 HANG_AFTER_S = 3.0  # the keeper's bound on a relay that answers nothing (15 s by default)
 
 # pauses after the steps named in argv[5] until the test writes `<progress>.go<step>`: nothing is in flight then
@@ -107,8 +108,10 @@ def test_a_relay_that_dies_or_hangs_mid_run_is_replaced_on_its_address_and_loses
             go(KILL_AFTER_STEP)  # the clients trace on while no relay runs
             wandb.start()
             downtime = None
-            try:  # waits in the socket's backlog while no relay runs; answered by the next relay
-                httpx.get(relay.url + RELAY_HEALTH_PATH, timeout=30).raise_for_status()
+            try:  # waits in the socket's backlog while no relay runs; answered by the next relay. Generous: on a
+                # loaded 2-core machine a stopped relay's replacement once took over 30 s to start (CI bound, not
+                # the claim: the claim is only that the address answers again, later than weave's retry window)
+                httpx.get(relay.url + RELAY_HEALTH_PATH, timeout=REPLACEMENT_BOUND_S).raise_for_status()
                 downtime = time.monotonic() - killed_at
             except httpx.HTTPError:
                 pass
