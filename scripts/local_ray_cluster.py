@@ -53,9 +53,9 @@ class Ports:
 
     WORKERS = 100
 
-    def __init__(self, seed: int | None = None):
+    def __init__(self):
         self._taken: set[int] = set()
-        self._random = random.Random(seed)
+        self._random = random.Random()
         try:
             low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
         except (OSError, ValueError, IndexError):
