@@ -28,16 +28,22 @@ UNREADABLE_NAME = "unreadable_tool_call"  # verl answers: Unknown function 'unre
 TOOL_ERROR_PREFIXES = ("Error", "Unknown function", "Invalid JSON")
 
 
+def mask_runs(mask: list[int]) -> list[tuple[bool, range]]:
+    """The positions cut where the mask changes: (written_by_the_model, positions) for each run."""
+    runs: list[tuple[bool, range]] = []
+    start = 0
+    for end in range(1, len(mask) + 1):
+        if end == len(mask) or mask[end] != mask[start]:
+            runs.append((bool(mask[start]), range(start, end)))
+            start = end
+    return runs
+
+
 def split_turns(response_ids: list[int], response_mask: list[int],
                 decode: Callable[[list[int]], str]) -> list[tuple[bool, str]]:
     """The response cut where the mask changes: (written_by_the_model, decoded text) for each run."""
-    turns: list[tuple[bool, str]] = []
-    start = 0
-    for end in range(1, len(response_ids) + 1):
-        if end == len(response_ids) or response_mask[end] != response_mask[start]:
-            turns.append((bool(response_mask[start]), decode(list(response_ids[start:end]))))
-            start = end
-    return turns
+    return [(by_model, decode(list(response_ids[span.start:span.stop])))
+            for by_model, span in mask_runs(response_mask)]
 
 
 def model_text(turns: list[tuple[bool, str]]) -> str:

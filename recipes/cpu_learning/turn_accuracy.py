@@ -19,19 +19,14 @@ import argparse
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from recipes.trajectory import mask_runs
+
 Predict = Callable[[list[int]], Sequence[int]]  # ids -> the greedy next token after each position
 
 
 def turn_spans(mask: list[int]) -> list[range]:
     """The assistant turns of a rendered transcript: each run of loss-mask 1s."""
-    spans, start = [], None
-    for i, m in enumerate([*mask, 0]):
-        if m and start is None:
-            start = i
-        elif not m and start is not None:
-            spans.append(range(start, i))
-            start = None
-    return spans
+    return [span for by_model, span in mask_runs(mask) if by_model]
 
 
 def turns_right(ids: list[int], mask: list[int], predict: Predict) -> list[bool]:
