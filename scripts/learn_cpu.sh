@@ -36,14 +36,16 @@ WORK_DIR=${WORK_DIR:-/tmp/gsm8k_cpu_learn$(by_task "" _chain)}  # task, data, mo
 SEED=${SEED:-0}                             # task, model init, SFT order, rollouts
 TRAIN_ROWS=${TRAIN_ROWS:-$(by_task 4000 6000)}
 TEST_ROWS=${TEST_ROWS:-$(by_task 256 300)}  # held-out problems scored before and after (chain: a third per depth)
-SFT_STEPS=${SFT_STEPS:-$(by_task 2600 5000)}  # the warm start's budget (batch SFT_BATCH), cosine over all of it
-SFT_TOOL_ONLY_STEPS=${SFT_TOOL_ONLY_STEPS:-$(by_task 2000 4000)}  # first on tool transcripts only: the model learns to copy
+SFT_STEPS=${SFT_STEPS:-$(by_task 2600 4500)}  # the warm start's budget (batch SFT_BATCH)
+SFT_SCHEDULE_STEPS=${SFT_SCHEDULE_STEPS:-$(by_task "" 8000)}  # its cosine's length (empty: SFT_STEPS); chain: longer, so
+                                            # the rate stays high until the model copies the right numbers
+SFT_TOOL_ONLY_STEPS=${SFT_TOOL_ONLY_STEPS:-$(by_task 2000 3500)}  # first on tool transcripts only: the model learns to copy
 SFT_TOOL_FRACTION=${SFT_TOOL_FRACTION:-$(by_task 0.5 0.5)}  # then each step calls the tool with this
                                             # probability, else the answer comes at once: GRPO must learn it pays
 SFT_MAX_DEPTH=${SFT_MAX_DEPTH:-0}           # chain: 2 leaves the 3-step problems out of the SFT (GRPO sees them)
 SFT_BATCH=${SFT_BATCH:-16}
 SFT_LR=${SFT_LR:-3e-3}
-SFT_CONVERGED_LOSS=${SFT_CONVERGED_LOSS:-$(by_task 0.03 0.08)}  # the tool-only phase must end below it, or the SFT restarts ...
+SFT_CONVERGED_LOSS=${SFT_CONVERGED_LOSS:-$(by_task 0.03 0.03)}  # the tool-only phase must end below it, or the SFT restarts ...
 SFT_ATTEMPTS=${SFT_ATTEMPTS:-3}             # ... from a new init (seed SEED+1000*attempt), this many tries in all
 GRPO_STEPS=${GRPO_STEPS:-$(by_task 60 60)}  # 8 prompts x 8 rollouts each
 MAX_TURNS=${MAX_TURNS:-$(by_task "" 5)}     # assistant turns per rollout (empty: the profile's 3; 3 calls + answer = 4)
@@ -102,7 +104,8 @@ else
     "$PYTHON" -m recipes.cpu_learning.sft --model_dir "$WORK_DIR/model_init" --data_dir "$WORK_DIR/data" \
       --out_dir "$WORK_DIR/model_sft" --steps "$SFT_STEPS" --batch_size "$SFT_BATCH" --lr "$SFT_LR" \
       --seed "$INIT_SEED" --tool_only_steps "$SFT_TOOL_ONLY_STEPS" --tool_fraction "$SFT_TOOL_FRACTION" \
-      --converged_loss "$SFT_CONVERGED_LOSS" --max_depth "$SFT_MAX_DEPTH" --threads "$THREADS" || rc=$?
+      --converged_loss "$SFT_CONVERGED_LOSS" --max_depth "$SFT_MAX_DEPTH" --threads "$THREADS" \
+      --schedule_steps "${SFT_SCHEDULE_STEPS:-$SFT_STEPS}" || rc=$?
     ((rc == 0)) && break
     ((rc == 3)) || { log "SFT failed (exit $rc)"; exit "$rc"; }   # 3: recipes.cpu_learning.sft.NOT_CONVERGED
     log "SFT attempt $((attempt + 1)) stuck: restarting from a new init"
