@@ -421,9 +421,11 @@ def test_learn_cpu_gives_the_sft_numbers_for_either_task(tmp_path, task_name):
     proc = _learn_cpu(tmp_path, WORK_DIR=str(tmp_path / "work"), TASK=task_name)
     [(args, _)] = _stub_calls(tmp_path, "recipes.cpu_learning.sft")
     sizes = {flag: args[args.index(flag) + 1] for flag in ("--steps", "--tool_only_steps", "--tool_fraction",
-                                                             "--converged_loss", "--batch_size", "--lr")}
+                                                             "--converged_loss", "--batch_size", "--lr",
+                                                             "--schedule_steps")}
     assert all(float(v) > 0 for v in sizes.values()), (sizes, proc.stderr)
     assert int(sizes["--steps"]) > int(sizes["--tool_only_steps"])  # a mixed phase follows the tool-only one
+    assert int(sizes["--schedule_steps"]) >= int(sizes["--steps"])  # the cosine ends at or after the last step
     [(task_args, _)] = _stub_calls(tmp_path, "recipes.cpu_learning.task")
     assert task_args[task_args.index("--task") + 1] == task_name
     turns = _stub_calls(tmp_path, "recipes.cpu_learning.turn_accuracy")  # the chain's warm start, turn by turn
