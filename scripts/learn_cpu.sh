@@ -40,14 +40,14 @@ SFT_STEPS=${SFT_STEPS:-$(by_task 2600 4500)}  # the warm start's budget (batch S
 SFT_SCHEDULE_STEPS=${SFT_SCHEDULE_STEPS:-$(by_task "" 8000)}  # its cosine's length (empty: SFT_STEPS); chain: longer, so
                                             # the rate stays high until the model copies the right numbers
 SFT_TOOL_ONLY_STEPS=${SFT_TOOL_ONLY_STEPS:-$(by_task 2000 3500)}  # first on tool transcripts only: the model learns to copy
-SFT_TOOL_FRACTION=${SFT_TOOL_FRACTION:-$(by_task 0.5 0.5)}  # then each step calls the tool with this
+SFT_TOOL_FRACTION=${SFT_TOOL_FRACTION:-0.5} # then each step calls the tool with this
                                             # probability, else the answer comes at once: GRPO must learn it pays
 SFT_MAX_DEPTH=${SFT_MAX_DEPTH:-0}           # chain: 2 leaves the 3-step problems out of the SFT (GRPO sees them)
 SFT_BATCH=${SFT_BATCH:-16}
 SFT_LR=${SFT_LR:-3e-3}
-SFT_CONVERGED_LOSS=${SFT_CONVERGED_LOSS:-$(by_task 0.03 0.03)}  # the tool-only phase must end below it, or the SFT restarts ...
+SFT_CONVERGED_LOSS=${SFT_CONVERGED_LOSS:-0.03}  # the tool-only phase must end below it, or the SFT restarts ...
 SFT_ATTEMPTS=${SFT_ATTEMPTS:-3}             # ... from a new init (seed SEED+1000*attempt), this many tries in all
-GRPO_STEPS=${GRPO_STEPS:-$(by_task 60 60)}  # 8 prompts x 8 rollouts each
+GRPO_STEPS=${GRPO_STEPS:-60}                # 8 prompts x 8 rollouts each
 MAX_TURNS=${MAX_TURNS:-$(by_task "" 5)}     # assistant turns per rollout (empty: the profile's 3; 3 calls + answer = 4)
 RESPONSE_LENGTH=${RESPONSE_LENGTH:-$(by_task "" 192)}  # response tokens (empty: the profile's 96; 3 steps: ~140)
 SFT_MODEL=${SFT_MODEL:-}                    # a model folder from an earlier SFT (same SEED/rows): skip the SFT
