@@ -45,6 +45,8 @@ SFT_TOOL_FRACTION=${SFT_TOOL_FRACTION:-0.5} # then each step calls the tool with
 SFT_MAX_DEPTH=${SFT_MAX_DEPTH:-0}           # chain: 2 leaves the 3-step problems out of the SFT (GRPO sees them)
 SFT_BATCH=${SFT_BATCH:-16}
 SFT_LR=${SFT_LR:-3e-3}
+SFT_WEIGHT_DECAY=${SFT_WEIGHT_DECAY:-$(by_task 0 0.1)}  # AdamW's; chain: a stuck init (loss 0.16 at step 2000)
+                                            # got below 0.03 by step 2500 with 0.1, none without by 3500
 SFT_CONVERGED_LOSS=${SFT_CONVERGED_LOSS:-0.03}  # the tool-only phase must end below it, or the SFT restarts ...
 SFT_ATTEMPTS=${SFT_ATTEMPTS:-3}             # ... from a new init (seed SEED+1000*attempt), this many tries in all
 GRPO_STEPS=${GRPO_STEPS:-60}                # 8 prompts x 8 rollouts each
@@ -103,6 +105,7 @@ else
     rc=0
     "$PYTHON" -m recipes.cpu_learning.sft --model_dir "$WORK_DIR/model_init" --data_dir "$WORK_DIR/data" \
       --out_dir "$WORK_DIR/model_sft" --steps "$SFT_STEPS" --batch_size "$SFT_BATCH" --lr "$SFT_LR" \
+      --weight_decay "$SFT_WEIGHT_DECAY" \
       --seed "$INIT_SEED" --tool_only_steps "$SFT_TOOL_ONLY_STEPS" --tool_fraction "$SFT_TOOL_FRACTION" \
       --converged_loss "$SFT_CONVERGED_LOSS" --max_depth "$SFT_MAX_DEPTH" --threads "$THREADS" \
       --schedule_steps "${SFT_SCHEDULE_STEPS:-$SFT_STEPS}" || rc=$?

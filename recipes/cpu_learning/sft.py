@@ -87,7 +87,7 @@ def train(args) -> dict:
     tok, examples = load_examples(Path(args.model_dir), Path(args.data_dir), args.max_depth)
     model = AutoModelForCausalLM.from_pretrained(args.model_dir, torch_dtype=torch.float32)
     model.train()
-    optim = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0, betas=(0.9, 0.98), foreach=True)
+    optim = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay, betas=(0.9, 0.98), foreach=True)
     out = Path(args.out_dir)
     start, order, loss_sum, tokens = time.perf_counter(), [], 0.0, 0
     recent = deque(maxlen=args.log_every)  # the last losses, for the convergence check
@@ -141,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=600)
     p.add_argument("--batch_size", type=int, default=32)
     p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--weight_decay", type=float, default=0.0,
+                   help="AdamW's decoupled weight decay; the chain task's copying got past its plateau with 0.1")
     p.add_argument("--schedule_steps", type=int, default=0,
                    help="length of the cosine schedule (default --steps); longer stops before the decay ends")
     p.add_argument("--warmup", type=int, default=30)
