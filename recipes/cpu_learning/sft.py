@@ -87,7 +87,8 @@ def train(args) -> dict:
     tok, examples = load_examples(Path(args.model_dir), Path(args.data_dir), args.max_depth)
     model = AutoModelForCausalLM.from_pretrained(args.model_dir, torch_dtype=torch.float32)
     model.train()
-    optim = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay, betas=(0.9, 0.98), foreach=True)
+    optim = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay, betas=(0.9, 0.98),
+                              foreach=True)
     out = Path(args.out_dir)
     start, order, loss_sum, tokens = time.perf_counter(), [], 0.0, 0
     recent = deque(maxlen=args.log_every)  # the last losses, for the convergence check
