@@ -360,6 +360,29 @@ def test_sft_stops_and_saves_nothing_when_the_tool_only_phase_has_not_converged(
         sft.main([*common[:-6], "--out_dir", str(tmp_path / "x"), "--converged_loss", "0.1"])
 
 
+def test_sft_hands_its_weight_decay_to_the_optimizer(small, tmp_path, monkeypatch):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import torch
+
+    from recipes.cpu_learning import sft
+
+    seen, adamw = [], torch.optim.AdamW
+
+    def recording(params, **kw):
+        seen.append(kw["weight_decay"])
+        return adamw(params, **kw)
+
+    monkeypatch.setattr(torch.optim, "AdamW", recording)
+    tok, rows = small
+    (tmp_path / "data").mkdir()
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "data" / "train.parquet")
+    for decay in ("0", "0.25"):
+        sft.main(["--model_dir", str(tok.name_or_path), "--data_dir", str(tmp_path / "data"), "--steps", "1",
+                  "--batch_size", "2", "--threads", "1", "--out_dir", str(tmp_path / decay), "--weight_decay", decay])
+    assert seen == [0.0, 0.25]
+
+
 def _stub_python(tmp_path):
     """A stand-in for the interpreter learn_cpu.sh runs: task, data prep, model and SFT do nothing but note their
     arguments and the kernel pins in their environment (tmp_path/calls.txt, one line each), and the first evaluation
@@ -426,6 +449,8 @@ def test_learn_cpu_gives_the_sft_numbers_for_either_task(tmp_path, task_name):
     assert all(float(v) > 0 for v in sizes.values()), (sizes, proc.stderr)
     assert int(sizes["--steps"]) > int(sizes["--tool_only_steps"])  # a mixed phase follows the tool-only one
     assert int(sizes["--schedule_steps"]) >= int(sizes["--steps"])  # the cosine ends at or after the last step
+    # the chain's copy plateau is left with weight decay; the one-step check's warm start stays as documented
+    assert float(args[args.index("--weight_decay") + 1]) == (0.1 if task_name == "chain" else 0.0)
     [(task_args, _)] = _stub_calls(tmp_path, "recipes.cpu_learning.task")
     assert task_args[task_args.index("--task") + 1] == task_name
     turns = _stub_calls(tmp_path, "recipes.cpu_learning.turn_accuracy")  # the chain's warm start, turn by turn
