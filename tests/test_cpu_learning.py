@@ -339,30 +339,34 @@ def test_the_chain_bar_judges_the_deepest_problems_and_calls_per_operation(final
         bar.main([*paths, "--task", "chain"])
 
 
-def test_sft_stops_and_saves_nothing_when_the_tool_only_phase_has_not_converged(small, tmp_path):
-    """learn_cpu.sh restarts a stuck warm start from a new init on exit NOT_CONVERGED; a converged one is saved."""
+def _sft_args(small, tmp_path) -> list[str]:
+    """The small rows as the SFT's train.parquet under tmp_path/data, and the arguments every SFT test passes."""
     import pyarrow as pa
     import pyarrow.parquet as pq
-
-    from recipes.cpu_learning import sft
 
     tok, rows = small
     (tmp_path / "data").mkdir()
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "data" / "train.parquet")
-    common = ["--model_dir", str(tok.name_or_path), "--data_dir", str(tmp_path / "data"), "--steps", "3",
-              "--tool_only_steps", "2", "--batch_size", "2", "--threads", "1"]
+    return ["--model_dir", str(tok.name_or_path), "--data_dir", str(tmp_path / "data"), "--batch_size", "2",
+            "--threads", "1"]
+
+
+def test_sft_stops_and_saves_nothing_when_the_tool_only_phase_has_not_converged(small, tmp_path):
+    """learn_cpu.sh restarts a stuck warm start from a new init on exit NOT_CONVERGED; a converged one is saved."""
+    from recipes.cpu_learning import sft
+
+    base = [*_sft_args(small, tmp_path), "--steps", "3"]
+    common = [*base, "--tool_only_steps", "2"]
     # a random model's loss is far above 1e-6 after two steps, and far below 1e6
     assert sft.main([*common, "--out_dir", str(tmp_path / "stuck"), "--converged_loss", "1e-6"]) == sft.NOT_CONVERGED
     assert not (tmp_path / "stuck").exists()
     assert sft.main([*common, "--out_dir", str(tmp_path / "ok"), "--converged_loss", "1e6"]) == 0
     assert (tmp_path / "ok" / "model.safetensors").exists()
     with pytest.raises(SystemExit):  # the check needs a tool-only phase to judge
-        sft.main([*common[:-6], "--out_dir", str(tmp_path / "x"), "--converged_loss", "0.1"])
+        sft.main([*base, "--out_dir", str(tmp_path / "x"), "--converged_loss", "0.1"])
 
 
 def test_sft_hands_its_weight_decay_to_the_optimizer(small, tmp_path, monkeypatch):
-    import pyarrow as pa
-    import pyarrow.parquet as pq
     import torch
 
     from recipes.cpu_learning import sft
@@ -374,12 +378,9 @@ def test_sft_hands_its_weight_decay_to_the_optimizer(small, tmp_path, monkeypatc
         return adamw(params, **kw)
 
     monkeypatch.setattr(torch.optim, "AdamW", recording)
-    tok, rows = small
-    (tmp_path / "data").mkdir()
-    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "data" / "train.parquet")
+    args = _sft_args(small, tmp_path)
     for decay in ("0", "0.25"):
-        sft.main(["--model_dir", str(tok.name_or_path), "--data_dir", str(tmp_path / "data"), "--steps", "1",
-                  "--batch_size", "2", "--threads", "1", "--out_dir", str(tmp_path / decay), "--weight_decay", decay])
+        sft.main([*args, "--steps", "1", "--out_dir", str(tmp_path / decay), "--weight_decay", decay])
     assert seen == [0.0, 0.25]
 
 
