@@ -36,10 +36,10 @@ WORK_DIR=${WORK_DIR:-/tmp/gsm8k_cpu_learn$(by_task "" _chain)}  # task, data, mo
 SEED=${SEED:-0}                             # task, model init, SFT order, rollouts
 TRAIN_ROWS=${TRAIN_ROWS:-$(by_task 4000 6000)}
 TEST_ROWS=${TEST_ROWS:-$(by_task 256 300)}  # held-out problems scored before and after (chain: a third per depth)
-SFT_STEPS=${SFT_STEPS:-$(by_task 2600 4500)}  # the warm start's budget (batch SFT_BATCH)
+SFT_STEPS=${SFT_STEPS:-$(by_task 2600 5500)}  # the warm start's budget (batch SFT_BATCH)
 SFT_SCHEDULE_STEPS=${SFT_SCHEDULE_STEPS:-$(by_task "" 8000)}  # its cosine's length (empty: SFT_STEPS); chain: longer, so
                                             # the rate stays high until the model copies the right numbers
-SFT_TOOL_ONLY_STEPS=${SFT_TOOL_ONLY_STEPS:-$(by_task 2000 3500)}  # first on tool transcripts only: the model learns to copy
+SFT_TOOL_ONLY_STEPS=${SFT_TOOL_ONLY_STEPS:-$(by_task 2000 4500)}  # first on tool transcripts only: the model learns to copy
 SFT_TOOL_FRACTION=${SFT_TOOL_FRACTION:-0.5} # then each step calls the tool with this
                                             # probability, else the answer comes at once: GRPO must learn it pays
 SFT_MAX_DEPTH=${SFT_MAX_DEPTH:-0}           # chain: 2 leaves the 3-step problems out of the SFT (GRPO sees them)
