@@ -23,16 +23,16 @@ def model_and_transcripts(tmp_path_factory):
     return folder, rows, [(depth_of(row), *renderer.render(row)) for row in rows]
 
 
-def oracle(wrong_turn: int | None = None):
-    """Predicts each transcript's own next token (a model that is always right), except every token of turn
-    `wrong_turn` (0: the first call)."""
+def oracle(wrong_turn: int | None = None, tokens: slice = slice(None)):
+    """Predicts each transcript's own next token (a model that is always right), except the `tokens` of turn
+    `wrong_turn` (0: the first call; slice(0, 1): only its first token, the choice of calling or answering)."""
     def make(transcripts):
         answers = {}
         for _, ids, mask in transcripts:
             predicted = [*ids[1:], 0]
             spans = turn_spans(mask)
             if wrong_turn is not None and wrong_turn < len(spans):
-                for i in spans[wrong_turn]:
+                for i in spans[wrong_turn][tokens]:
                     predicted[i - 1] = ids[i] + 1
             answers[tuple(ids)] = predicted
         return lambda ids: answers[tuple(ids)]
@@ -54,6 +54,16 @@ def test_a_model_right_everywhere_scores_one_and_a_wrong_second_call_is_named(mo
     assert wrong[1]["by_turn"] == [1.0, 0.0]  # depth 1: turn 1 is the answer
     assert wrong[2]["by_turn"] == [1.0, 0.0, 1.0] and wrong[3]["by_turn"] == [1.0, 0.0, 1.0, 1.0]
     assert all(r["all_turns"] == 0.0 for r in wrong.values())
+    assert wrong[3]["chooses"] == [1.0, 0.0, 1.0, 1.0] and right[3]["chooses"] == [1.0] * 4
+
+
+def test_a_model_that_would_answer_at_once_is_still_scored_on_the_call_it_is_given(model_and_transcripts):
+    """A warm start trained to answer at once on part of its steps may pick `####` where the transcript calls: the
+    call's content is judged with the choice forced, and the choice is reported apart."""
+    _, _, transcripts = model_and_transcripts
+    answers_first = by_depth(transcripts, oracle(wrong_turn=0, tokens=slice(0, 1))(transcripts))
+    assert {d: r["all_turns"] for d, r in answers_first.items()} == {1: 1.0, 2: 1.0, 3: 1.0}
+    assert answers_first[3]["by_turn"] == [1.0] * 4 and answers_first[3]["chooses"] == [0.0, 1.0, 1.0, 1.0]
 
 
 def test_the_command_reads_a_model_folder_and_prints_each_depth(model_and_transcripts, tmp_path, capsys):
@@ -66,4 +76,4 @@ def test_the_command_reads_a_model_folder_and_prints_each_depth(model_and_transc
     assert main(args) == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[turns]")]
     assert [line.split(":")[0] for line in lines] == [f"[turns] depth {d}" for d in (1, 2, 3)]
-    assert all(line.endswith("(n=2)") for line in lines)
+    assert all(line.endswith("(n=2)") and "| chooses as transcribed " in line for line in lines)

@@ -1,16 +1,21 @@
 """Which turn of a chain a warm start gets wrong: teacher-forced greedy accuracy of each assistant turn, by depth.
 
 Each held-out problem is rendered with a call for every step (recipes/cpu_learning/transcripts.py, as the agent loop
-renders it); the model reads the right conversation up to each of its turns and a turn counts as right when its
-greedy next-token prediction matches every token of it (the call, the `<|im_end|>` too). No sampling and no
-rollout: a few seconds on a CPU, where an evaluation through the agent loop takes minutes. A chain is only as good
-as its worst turn: a warm start whose depth-3 problems are rarely right in every turn leaves GRPO little to
-reinforce there, whatever it learns about calling.
+renders it); the model reads the right conversation up to each of its turns. A turn's first token is a choice
+(`<tool_call>` or `####`), the rest is its content. The two are counted apart: a warm start trained to answer at once
+on part of its steps may greedily choose to answer where the transcript calls, and that says nothing about whether
+it would make the call right. So a turn's content counts as right when, given the transcript's first token (the
+choice forced), the greedy next-token prediction matches every other token of it (the `<|im_end|>` too); the
+choice is reported as the share of turns whose first token is the greedy one. No sampling and no rollout: a few
+seconds on a CPU, where an evaluation through the agent loop takes minutes. A chain is only as good as its worst
+turn: a warm start whose depth-3 calls are rarely right leaves GRPO little to reinforce there, whatever it learns
+about calling.
 
     python -m recipes.cpu_learning.turn_accuracy --model_dir M --data_dir D [--rows_per_depth 100]
 
-prints one line per depth: `[turns] depth 2: all turns 0.08 | by turn 0.44 0.57 0.57 (n=100)`; the last turn
-of each is the answer (`#### N`), the ones before it the calls in order.
+prints one line per depth, e.g. `[turns] depth 2: all turns 0.08 | by turn 0.44 0.57 0.57 | chooses as transcribed
+0.00 0.00 1.00 (n=100)`: the last turn of each is the answer (`#### N`), the ones before it the calls in order;
+"all turns": every turn's content right.
 """
 
 from __future__ import annotations
@@ -29,24 +34,29 @@ def turn_spans(mask: list[int]) -> list[range]:
     return [span for by_model, span in mask_runs(mask) if by_model]
 
 
-def turns_right(ids: list[int], mask: list[int], predict: Predict) -> list[bool]:
-    """Per assistant turn: whether every token of it is the greedy prediction from the tokens before it."""
+def turns_right(ids: list[int], mask: list[int], predict: Predict) -> list[tuple[bool, bool]]:
+    """Per assistant turn: (its first token is the greedy prediction, every later token of it is), each from the
+    transcript's tokens before it."""
     predicted = predict(ids)
-    return [all(predicted[i - 1] == ids[i] for i in span) for span in turn_spans(mask)]
+    return [(predicted[span[0] - 1] == ids[span[0]], all(predicted[i - 1] == ids[i] for i in span[1:]))
+            for span in turn_spans(mask)]
 
 
 def by_depth(transcripts: list[tuple[int, list[int], list[int]]], predict: Predict) -> dict[int, dict]:
-    """(depth, ids, mask) per problem -> per depth: problems, share right in every turn, share right per turn."""
+    """(depth, ids, mask) per problem -> per depth: problems, share with every turn's content right, share right
+    per turn, share per turn whose first token (call or answer) is the greedy choice."""
     table: dict[int, dict] = {}
     for depth, ids, mask in transcripts:
         right = turns_right(ids, mask, predict)
         if len(right) != depth + 1:
             raise ValueError(f"a {depth}-step transcript has {len(right)} assistant turns, not {depth + 1}")
-        row = table.setdefault(depth, {"n": 0, "all": 0, "turns": [0] * (depth + 1)})
+        row = table.setdefault(depth, {"n": 0, "all": 0, "turns": [0] * (depth + 1), "chose": [0] * (depth + 1)})
         row["n"] += 1
-        row["all"] += all(right)
-        row["turns"] = [t + r for t, r in zip(row["turns"], right, strict=True)]
-    return {d: {"n": r["n"], "all_turns": r["all"] / r["n"], "by_turn": [t / r["n"] for t in r["turns"]]}
+        row["all"] += all(content for _, content in right)
+        row["turns"] = [t + content for t, (_, content) in zip(row["turns"], right, strict=True)]
+        row["chose"] = [c + chose for c, (chose, _) in zip(row["chose"], right, strict=True)]
+    return {d: {"n": r["n"], "all_turns": r["all"] / r["n"], "by_turn": [t / r["n"] for t in r["turns"]],
+                "chooses": [c / r["n"] for c in r["chose"]]}
             for d, r in sorted(table.items())}
 
 
@@ -97,7 +107,9 @@ def main(argv: list[str] | None = None) -> int:
                      model_predictor(model_dir))
     for depth, row in table.items():
         turns = " ".join(f"{t:.2f}" for t in row["by_turn"])
-        print(f"[turns] depth {depth}: all turns {row['all_turns']:.2f} | by turn {turns} (n={row['n']})")
+        chooses = " ".join(f"{c:.2f}" for c in row["chooses"])
+        print(f"[turns] depth {depth}: all turns {row['all_turns']:.2f} | by turn {turns} | chooses as transcribed "
+              f"{chooses} (n={row['n']})")
     return 0
 
 
