@@ -19,6 +19,7 @@ from pathlib import Path
 from recipes.constants import REPO_ROOT
 from recipes.launch.decision import Launch
 from recipes.launch.relays import RelayStartError, say_summaries, start_relays
+from recipes.signals import wait_for_child
 
 OPEN_FILES = 65535  # Ray opens many sockets per node
 
@@ -57,7 +58,7 @@ def run_training(launch: Launch, out=None) -> int:
             child["main_ppo"] = subprocess.Popen(launch.main_ppo_command(), env=env, cwd=REPO_ROOT)
         finally:
             signal.signal(signal.SIGINT, on_signal)
-        status = child["main_ppo"].wait()
+        status = wait_for_child(child["main_ppo"])  # a Ctrl-C caught by the keeper's thread still reaches it
         return status if status >= 0 else 128 - status
     except RelayStartError as err:
         print(f"error: {err}; nothing was started", file=out)

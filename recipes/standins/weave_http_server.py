@@ -36,6 +36,7 @@ from pathlib import Path
 
 from weave.trace.trace_server_converter import universal_ext_to_int_ref_converter
 
+from recipes.signals import wait_for_event
 from recipes.standins.weave_memory_server import MemoryTraceServer
 from recipes.trace_relay import protocol
 from recipes.trace_relay.http import LoopbackHTTPServer, Request, Response
@@ -228,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    stop.wait()
+    wait_for_event(stop)
     server.stop()
     return 0
 

@@ -84,6 +84,7 @@ def _serve(args) -> int:
     """One relay on the socket its supervisor holds (--listen-fd), or on host:port when run on its own."""
     import socket
 
+    from recipes.signals import wait_for_event
     from recipes.trace_relay.keeper import exit_with_parent
     from recipes.trace_relay.relay import TraceRelay
     from recipes.trace_relay.spool import SpoolBusy
@@ -120,7 +121,7 @@ def _serve(args) -> int:
     target = "offline: kept on disk only" if upstream is None else f"forwarding to {upstream.base_url}"
     print(f"trace relay: {relay.url} (spool {args.spool}, {target})", flush=True)
 
-    stop.wait()
+    wait_for_event(stop)  # a SIGTERM caught by a request's thread still stops it
     drain_s = 0.0 if orphaned.is_set() else args.drain_timeout
     print(f"trace relay: stopping, sending pending records for up to {drain_s:.0f} s", flush=True)
     summary = relay.stop(drain_s)

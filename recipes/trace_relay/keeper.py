@@ -39,6 +39,7 @@ import urllib.request
 from pathlib import Path
 
 from recipes.constants import RELAY_HEALTH_PATH
+from recipes.signals import wait_for_event
 
 logger = logging.getLogger(__name__)
 
@@ -228,8 +229,7 @@ def supervise(relay_argv: list[str], host: str, port: int, max_restarts: int = 5
     for sig in (signal.SIGTERM, signal.SIGINT):
         if signal.getsignal(sig) is not signal.SIG_IGN:  # an inherited ignore stays (see __main__._serve)
             signal.signal(sig, lambda *_: stop.set())
-    while not (stop.is_set() or keeper.ended.is_set()):
-        stop.wait(0.5)
+    wait_for_event(stop, keeper.ended)
     return keeper.stop()
 
 
