@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from recipes.constants import REPO_ROOT
+from recipes.evaluation.eval_watch import pid_alive
 from testkit.threads import children, other_threads
 
 pytestmark = pytest.mark.timeout(180)
@@ -38,16 +39,13 @@ def start(tmp_path: Path, *argv: str) -> tuple[subprocess.Popen, Path]:
 
 
 def gone_within(pid: int, seconds: float) -> bool:
+    """Exited within `seconds` (a zombie its parent has not reaped yet counts as exited)."""
     deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            with open(f"/proc/{pid}/stat") as stat:
-                if stat.read().rsplit(")", 1)[1].split()[0] == "Z":  # exited, not yet reaped by its parent
-                    return True
-        except FileNotFoundError:
-            return True
+    while pid_alive(pid):
+        if time.monotonic() > deadline:
+            return False
         time.sleep(0.1)
-    return False
+    return True
 
 
 def test_a_relay_and_its_supervisor_stop_when_another_thread_takes_the_sigterm(tmp_path):
