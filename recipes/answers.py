@@ -48,3 +48,20 @@ def reference_ops(solution: str | None) -> int:
     """How many operations a reference solution works through: its `<<expr=value>>` annotations, GSM8K's own
     notation for a calculator step (0 for a solution without any, or none)."""
     return len(_STEP_ANNOTATION.findall(solution)) if isinstance(solution, str) else 0
+
+
+# ---- the reward's result ------------------------------------------------------------------------------------
+# What the reward returns for every trajectory (recipes/rollout/reward.py) and verl writes beside each dump line's
+# "score": every reader (the scorer of dump lines, Weave Evaluations, the trace root, the learning checks) names the
+# keys from here.
+SCORE = "score"  # the training reward: correctness plus any tool-call bonus
+ACC = "acc"  # correct by the configured method (reward_kwargs.method)
+ACC_STRICT = "acc_strict"  # the number after the last `####` matches
+ACC_FLEXIBLE = "acc_flexible"  # the last number matches
+FORMAT_OK = "format_ok"  # a `####` answer was given
+TOOL_CALLS = "num_tool_calls"  # well-formed calls of a tool the row offered
+BAD_TOOL_CALLS = "num_bad_tool_calls"  # malformed calls, or calls of a tool not offered
+TOOL_BONUS = "tool_bonus"  # reward_kwargs.tool_call_bonus when paid, else 0
+REF_OPS = "ref_ops"  # the operations the row's reference solution works through (its `<<...>>` steps)
+PRED = "pred"  # the answer read from the model's turns ("" for none)
+REWARD_KEYS = (SCORE, ACC, ACC_STRICT, ACC_FLEXIBLE, FORMAT_OK, TOOL_CALLS, BAD_TOOL_CALLS, TOOL_BONUS, REF_OPS, PRED)

@@ -1,6 +1,6 @@
 """Reading a multi-turn trajectory: what the model wrote, its tool calls, and what the tools answered.
 
-The one home for this: the reward's input (recipes/agent_loop.py scores `model_text`), the trace's chat view of
+The one home for this: the reward's input (recipes/rollout/agent_loop.py scores `model_text`), the trace's chat view of
 each rollout (chat_messages) and the offline reports (recipes/rollout_report/, recipes/evaluation/) read here.
 
 What the model wrote is what verl's response mask marks 1; a tool turn (mask 0) holds the tool's answer and the
@@ -20,7 +20,7 @@ KNOWN_TOOLS = frozenset({CALCULATOR, CALC_GSM8K_REWARD})
 _TOOL_RESPONSE_TEXT = re.compile(r"<tool_response>\n?(.*?)\n?(?:</tool_response>|\Z)", re.DOTALL)
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 # A closed call, or an opened one the turn ended inside (the model stopped before </tool_call>): the agent loop
-# answers both (recipes/tool_parser.py), so both are calls of the turn.
+# answers both (recipes/rollout/tool_parser.py), so both are calls of the turn.
 TOOL_CALL_BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
 _CALL_NAME = re.compile(r'"name"\s*:\s*"([^"]*)"')
 UNREADABLE_NAME = "unreadable_tool_call"  # verl answers: Unknown function 'unreadable_tool_call'. Available: ...

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Does the GPU env compile every kernel an H100 run compiles at first use? On any x86_64 Linux machine, no GPU
 # needed: builds the env from requirements/gpu.txt with the README's installer (CHECK_DRIVER=0), then, with only
-# that env's toolchain, compiles into fresh caches every nvcc module of the census (recipes/kernel_census.py:
+# that env's toolchain, compiles into fresh caches every nvcc module of the census (recipes/gpu_env/kernel_census.py:
 # SGLang's activation, RoPE, KV-cache store, clamp_position and resolve_future_token_ids kernels, FlashInfer's
 # fa2/fa3 attention and cascade modules, for Qwen2.5's head dims), one line per module with its time, and checks
 # that Triton's ptxas is the env's. Exit 0 when all compile; the last line is a RESULT line for
@@ -54,7 +54,7 @@ mkdir -p "$CACHES"
 export TVM_FFI_CACHE_DIR=$CACHES/tvm-ffi FLASHINFER_WORKSPACE_BASE=$CACHES
 T1=$SECONDS
 # shellcheck disable=SC2086  # HEAD_DIMS is a list
-(cd "$REPO_ROOT" && nice -n "${NICE:-0}" "$VENV/bin/python" -m recipes.jit_kernels --head-dims $HEAD_DIMS) \
+(cd "$REPO_ROOT" && nice -n "${NICE:-0}" "$VENV/bin/python" -m recipes.gpu_env.jit_kernels --head-dims $HEAD_DIMS) \
   || die "a kernel did not compile (the first error is above)"
 COMPILE_S=$((SECONDS - T1))
 # Every build file names the env's nvcc (FlashInfer's as $cuda_home/bin/nvcc): nothing fell back to another toolkit.

@@ -46,7 +46,7 @@ if [ "$VAL_N" -gt 1 ] && awk "BEGIN {exit !($VAL_TEMPERATURE <= 0)}"; then
   exit 1
 fi
 if [ -z "$EXPERIMENT_NAME" ]; then
-  EXPERIMENT_NAME=$(PYTHONPATH="$REPO_ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -m recipes.evaluation.provenance \
+  EXPERIMENT_NAME=$(PYTHONPATH="$REPO_ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -m recipes.export.provenance \
     eval-name "${MODEL_PATH:-}" "${TOOL_SET:-default_tools}" "$VAL_N" "$VAL_TEMPERATURE")
 fi
 export EXPERIMENT_NAME

@@ -13,8 +13,8 @@
 # pure-Python sdist, antlr4-python3-runtime, is built from source). Re-running it brings the env back to the lock.
 # Then the recipe's own packages (recipes, tools, data_prep) go in editable (pyproject.toml, no deps), so
 # `python data_prep/gsm8k.py` and scripts/*.py import them from anywhere. SGLang and FlashInfer compile CUDA kernels
-# at first use: the lock carries CUDA 13.0's nvcc and headers, recipes/cuda_toolchain.py makes them the CUDA_HOME
-# of every process of the env, and recipes/sglang_patch.py fixes SGLang 0.5.12's activation kernel for them.
+# at first use: the lock carries CUDA 13.0's nvcc and headers, recipes/gpu_env/cuda_toolchain.py makes them the CUDA_HOME
+# of every process of the env, and recipes/gpu_env/sglang_patch.py fixes SGLang 0.5.12's activation kernel for them.
 # Needs: Python 3.12 with venv, glibc >= 2.34, an NVIDIA driver >= 580 (CUDA 13), libnuma.so.1, gcc/g++ 10 to 15
 # and patch (nvcc's host compiler; apt-get install g++ patch), ~10 GB of disk.
 . "$(dirname "${BASH_SOURCE[0]}")/help.sh" "$@"  # -h/--help: usage, knobs; runs nothing
@@ -108,13 +108,13 @@ say "installing the recipe's packages from $REPO_ROOT (editable, no dependencies
 cd "$REPO_ROOT"
 "$TARGET" -m recipes.preflight.versions --lock "$LOCK"
 SITE=$("$TARGET" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-"$TARGET" -m recipes.sglang_patch "$SITE" || die "SGLang's activation kernel cannot be patched (above)"
-"$TARGET" -m recipes.cuda_toolchain prepare || die "the env's CUDA compiler cannot be set up (above)"
+"$TARGET" -m recipes.gpu_env.sglang_patch "$SITE" || die "SGLang's activation kernel cannot be patched (above)"
+"$TARGET" -m recipes.gpu_env.cuda_toolchain prepare || die "the env's CUDA compiler cannot be set up (above)"
 if [ "$WARM_KERNELS" = 1 ]; then
-  say "compiling the kernels an H100 run compiles at first use (recipes/kernel_census.py), into ~/.cache/tvm-ffi" \
+  say "compiling the kernels an H100 run compiles at first use (recipes/gpu_env/kernel_census.py), into ~/.cache/tvm-ffi" \
       "and ~/.cache/flashinfer; SGLang's serve only an env at this same path (docs/first-use-kernels.md)"
   # shellcheck disable=SC2086  # a list
-  "$TARGET" -m recipes.jit_kernels --head-dims $WARM_HEAD_DIMS || die "a kernel did not compile (above)"
+  "$TARGET" -m recipes.gpu_env.jit_kernels --head-dims $WARM_HEAD_DIMS || die "a kernel did not compile (above)"
 fi
 if [ "$IN_IMAGE" = 1 ]; then
   say "done. Launch with: bash scripts/run_gsm8k_grpo.sh"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The CPU learning check: does the recipe's GRPO turn reward into better tool use? On a 2-core machine
-# with no GPU and no hub: a synthetic arithmetic task in GSM8K's format (recipes/cpu_learning/task.py; TASK=chain:
+# with no GPU and no hub: a synthetic arithmetic task in GSM8K's format (recipes/harness/learning/task.py; TASK=chain:
 # problems of 1, 2 or 3 chained operations) prepared by the recipe's data prep; a small tokenizer and a
 # ~0.46M-parameter Qwen2 built offline; an SFT warm start on transcripts rendered as verl's agent loop renders them;
 # then GRPO through the recipe's own launcher (scripts/run_gsm8k_grpo.sh, PROFILE=cpu_learn: no steering, every
@@ -82,7 +82,7 @@ SIZES=()  # what the task needs beyond the profile's sizes: GRPO and every evalu
 [ -z "$MAX_TURNS" ] || SIZES+=("actor_rollout_ref.rollout.multi_turn.max_assistant_turns=$MAX_TURNS")
 [ -z "$RESPONSE_LENGTH" ] || SIZES+=("data.max_response_length=$RESPONSE_LENGTH")
 
-"$PYTHON" -m recipes.cpu_learning.task --task "$TASK" --out_dir "$WORK_DIR/task" --train_size "$TRAIN_ROWS" \
+"$PYTHON" -m recipes.harness.learning.task --task "$TASK" --out_dir "$WORK_DIR/task" --train_size "$TRAIN_ROWS" \
   --test_size "$TEST_ROWS" --seed "$SEED"
 "$PYTHON" data_prep/gsm8k.py --input_dir "$WORK_DIR/task" --local_save_dir "$WORK_DIR/data"
 "$PYTHON" data_prep/gsm8k.py --input_dir "$WORK_DIR/task" --local_save_dir "$WORK_DIR/data_notools" --tool_set none
@@ -100,18 +100,18 @@ else
     fi
     INIT_SEED=$((SEED + 1000 * attempt))
     rm -rf "$WORK_DIR/model_init" "$WORK_DIR/model_sft"
-    "$PYTHON" -m recipes.cpu_learning.small_model --data_dir "$WORK_DIR/data" --out_dir "$WORK_DIR/model_init" \
+    "$PYTHON" -m recipes.harness.learning.small_model --data_dir "$WORK_DIR/data" --out_dir "$WORK_DIR/model_init" \
       --seed "$INIT_SEED"
     log "SFT attempt $((attempt + 1))/$SFT_ATTEMPTS (init seed $INIT_SEED): $SFT_STEPS steps x $SFT_BATCH"
     rc=0
-    "$PYTHON" -m recipes.cpu_learning.sft --model_dir "$WORK_DIR/model_init" --data_dir "$WORK_DIR/data" \
+    "$PYTHON" -m recipes.harness.learning.sft --model_dir "$WORK_DIR/model_init" --data_dir "$WORK_DIR/data" \
       --out_dir "$WORK_DIR/model_sft" --steps "$SFT_STEPS" --batch_size "$SFT_BATCH" --lr "$SFT_LR" \
       --weight_decay "$SFT_WEIGHT_DECAY" \
       --seed "$INIT_SEED" --tool_only_steps "$SFT_TOOL_ONLY_STEPS" --tool_fraction "$SFT_TOOL_FRACTION" \
       --converged_loss "$SFT_CONVERGED_LOSS" --max_depth "$SFT_MAX_DEPTH" --threads "$THREADS" \
       --schedule_steps "${SFT_SCHEDULE_STEPS:-$SFT_STEPS}" || rc=$?
     ((rc == 0)) && break
-    ((rc == 3)) || { log "SFT failed (exit $rc)"; exit "$rc"; }   # 3: recipes.cpu_learning.sft.NOT_CONVERGED
+    ((rc == 3)) || { log "SFT failed (exit $rc)"; exit "$rc"; }   # 3: recipes.harness.learning.sft.NOT_CONVERGED
     log "SFT attempt $((attempt + 1)) stuck: restarting from a new init"
   done
   SFT_ATTEMPTS_USED=$((attempt + 1))
@@ -133,7 +133,7 @@ source "$REPO_ROOT/scripts/cpu_env.sh"
 export WANDB_MODE=${WANDB_MODE:-offline} WANDB_ERROR_REPORTING=${WANDB_ERROR_REPORTING:-false}
 mkdir -p "$WORK_DIR/eval"
 if [ "$TASK" = chain ]; then  # seconds: which turn of a chain the warm start gets wrong (teacher-forced, greedy)
-  "$PYTHON" -m recipes.cpu_learning.turn_accuracy --model_dir "$WORK_DIR/model_sft" --data_dir "$WORK_DIR/data" \
+  "$PYTHON" -m recipes.harness.learning.turn_accuracy --model_dir "$WORK_DIR/model_sft" --data_dir "$WORK_DIR/data" \
     --threads "$THREADS" | tee "$WORK_DIR/eval/sft_turns.txt" >&2
 fi
 log "evaluating the SFT start (scripts/eval_gsm8k.sh, DEVICE=cpu)"
@@ -161,7 +161,7 @@ FINAL_SCORE=$(evaluate final "$WORK_DIR/model_final" "$WORK_DIR/data" calculator
 OFF_SCORE=$(evaluate final_tools_off "$WORK_DIR/model_final" "$WORK_DIR/data_notools" none)
 "$PYTHON" scripts/rollout_report.py --rollout_dir "$OUTPUT_DIR/rollouts" --validation_dir "$OUTPUT_DIR/validation" \
   --out "$OUTPUT_DIR/report" || log "rollout report failed (see above); the scores stand"
-"$PYTHON" -m recipes.cpu_learning.bar --task "$TASK" --sft "$WORK_DIR/eval/sft/validation/summary.json" \
+"$PYTHON" -m recipes.harness.learning.bar --task "$TASK" --sft "$WORK_DIR/eval/sft/validation/summary.json" \
   --final "$WORK_DIR/eval/final/validation/summary.json" \
   --tools_off "$WORK_DIR/eval/final_tools_off/validation/summary.json" >&2
 if [ "$TASK" = chain ]; then

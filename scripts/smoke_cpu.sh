@@ -17,7 +17,7 @@
 # NODES=2 (or more): a Ray cluster of that many nodes on 127.0.0.1 (scripts/local_ray_cluster.py: a raylet each,
 # own temp dir and ports), the smoke submitted to it through the recipe's multi-node path (SUBMIT=ray, one launch, one
 # rank and one agent-loop worker per node) with traces on, to WANDB_BASE_URL / WF_TRACE_SERVER_URL or, unset, the W&B
-# stand-in (recipes/standins/weave_http_server.py); during training one node's trace relay is SIGKILLed and another's
+# stand-in (recipes/harness/standins/weave_http_server.py); during training one node's trace relay is SIGKILLed and another's
 # SIGSTOPped for STOP_SECONDS (scripts/relay_faults.py, by command line); then the cluster stops. Last line:
 # RESULT nodes=<n> traced=<t> acknowledged=<a> lost_traces=<l> duplicate_traces=<d> relays_replaced=<r>
 # (scripts/trace_tally.py). Time and figures: docs/measured.md (multinode_*).
@@ -45,7 +45,7 @@ export PYTHONPATH="$REPO_ROOT${PYTHONPATH:+:$PYTHONPATH}"
 log() { echo "[smoke_cpu] $*" >&2; }
 
 log "tiny random Qwen2 model -> $WORK_DIR/model"
-"$PYTHON" -c 'import sys; from recipes.cpu_backend.qwen_tokenizer import build_tiny_qwen2_model_dir as build; build(sys.argv[1])' \
+"$PYTHON" -c 'import sys; from recipes.harness.qwen_tokenizer import build_tiny_qwen2_model_dir as build; build(sys.argv[1])' \
   "$WORK_DIR/model"
 SOURCE=()
 if [ -n "$GSM8K_DIR" ] && [ -d "$GSM8K_DIR" ]; then SOURCE=(--input_dir "$GSM8K_DIR"); fi
@@ -73,13 +73,13 @@ multinode() {  # NODES>1: see the header
   trap cleanup EXIT
   if [ -z "${WANDB_BASE_URL:-}" ]; then  # the benchmark's own W&B: the stand-in, on 127.0.0.1
     rm -f "$WORK_DIR/wandb.url"
-    "$PYTHON" -m recipes.standins.weave_http_server --url-file "$WORK_DIR/wandb.url" \
+    "$PYTHON" -m recipes.harness.standins.weave_http_server --url-file "$WORK_DIR/wandb.url" \
       >"$OUTPUT_DIR/logs/wandb_standin.log" 2>&1 &
     standin=$!
     for _ in $(seq 1800); do [ -s "$WORK_DIR/wandb.url" ] && break; sleep 0.1; done  # it imports weave
     WANDB_BASE_URL=$(cat "$WORK_DIR/wandb.url")
     export WANDB_BASE_URL WF_TRACE_SERVER_URL=$WANDB_BASE_URL/traces WANDB_ENTITY=${WANDB_ENTITY:-loopback-entity}
-    export WANDB_API_KEY=${WANDB_API_KEY:-$("$PYTHON" -c 'from recipes.standins.weave_http_server import API_KEY; print(API_KEY)')}
+    export WANDB_API_KEY=${WANDB_API_KEY:-$("$PYTHON" -c 'from recipes.harness.standins.weave_http_server import API_KEY; print(API_KEY)')}
   fi
   export WEAVE_USE_SERVER_CACHE=false WEAVE_PRINT_CALL_LINK=false
   log "a Ray cluster of $NODES nodes on 127.0.0.1 -> $cluster_dir (traces to $WANDB_BASE_URL)"

@@ -1,4 +1,4 @@
-"""Checks recipes/kernel_census.py against a GPU env's installed sglang, flashinfer and verl, building nothing.
+"""Checks recipes/gpu_env/kernel_census.py against a GPU env's installed sglang, flashinfer and verl, building nothing.
 
 Run by that env's Python (tests/test_kernel_census.py finds one and runs this; not collected by pytest itself):
 
@@ -6,7 +6,7 @@ Run by that env's Python (tests/test_kernel_census.py finds one and runs this; n
     /path/to/env/bin/python tests/census_in_gpu_env.py
 
 Checks: the versions the census was read from; every file:line it cites still holds its text; the module names
-the installed libraries give each census module (through recipes/jit_kernels.py's own builders, with the compile
+the installed libraries give each census module (through recipes/gpu_env/jit_kernels.py's own builders, with the compile
 step replaced by a recorder); and every SGLang JIT kernel the files on the server's path for Qwen2.5 import is
 either built by the census or not run there, for a reason said below. One line per problem; `census ok` last if
 none, exit 1 otherwise.
@@ -20,8 +20,8 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-from recipes import jit_kernels
-from recipes.kernel_census import QWEN25, READ_FROM, SOURCES, census
+from recipes.gpu_env import jit_kernels
+from recipes.gpu_env.kernel_census import QWEN25, READ_FROM, SOURCES, census
 
 # The sglang files a Qwen2.5 server (flashinfer attention, TP=1) runs through, under sglang/srt/.
 ON_PATH = ("models/qwen2.py", "layers/activation.py", "layers/layernorm.py", "layers/rotary_embedding/base.py",

@@ -1,5 +1,5 @@
 """Fixtures shared across the suite. Test doubles live in tests/testkit/ (imported as `testkit`, pyproject.toml's
-pytest pythonpath); the stand-ins benchmarks need too are product, in recipes/standins/."""
+pytest pythonpath); the stand-ins benchmarks need too are product, in recipes/harness/standins/."""
 
 import os
 from pathlib import Path
@@ -75,9 +75,8 @@ def ray_cluster(tmp_path_factory):
     driver needs). Only its own processes are stopped at the end."""
     from unittest import mock
 
-    from testkit.launcher import load_script
+    from recipes.harness import local_ray_cluster as cluster
 
-    cluster = load_script("local_ray_cluster")
     directory = tmp_path_factory.mktemp("ray_cluster")
     workers_import = {"PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ["PYTHONPATH"]])}
     with mock.patch.dict(os.environ, workers_import):  # the raylets' environment is their workers'

@@ -1,6 +1,6 @@
 """scripts/bench_rollout.py at its CI shape (2 steps x 8 prompts x 4 rollouts on 2 agent-loop workers): verl's real
 agent-loop manager and workers in a real Ray cluster, the recipe's config for PROFILE=8xh100, its tools, parser,
-reward, tracing and trace relay, against the GSM8K replay LLM stand-in (recipes/standins/gsm8k_replay_llm.py).
+reward, tracing and trace relay, against the GSM8K replay LLM stand-in (recipes/harness/standins/gsm8k_replay_llm.py).
 W&B is this test's own loopback stand-in, given to the bench in WANDB_BASE_URL. Every trajectory comes back, and every
 call the workers traced reaches W&B exactly once.
 The stand-in's own rules (turns from GSM8K's solutions, the kinds of trajectory) are checked without Ray."""
@@ -10,15 +10,14 @@ from __future__ import annotations
 import json
 import os
 import re
-import runpy
 import subprocess
 import sys
 
 import pytest
 
 from recipes.constants import CALCULATOR, REPO_ROOT
-from recipes.standins.gsm8k_replay_llm import KINDS, load_solutions, replay_turns
-from recipes.standins.weave_http_server import API_KEY, loopback_wandb
+from recipes.harness.standins.gsm8k_replay_llm import KINDS, load_solutions, replay_turns
+from recipes.harness.standins.weave_http_server import API_KEY, loopback_wandb
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -118,7 +117,7 @@ def test_over_gsm8k_train_the_calls_follow_its_steps(shared_gsm8k_dir):
 
 
 def test_the_rss_slope_tells_a_leak_from_warm_up():
-    rss_slope = runpy.run_path(str(REPO_ROOT / "scripts" / "bench_rollout.py"))["rss_slope"]
+    from recipes.harness.bench.rollout import rss_slope
     warm_up = [[1000 + min(step, 10) * 8, 1010 + min(step, 12) * 6] for step in range(51)]  # +80 MB, then flat
     leak = [[1000 + step * 2.0, 1000 + step * 0.5] for step in range(51)]
     assert rss_slope(warm_up) == 0.0

@@ -1,7 +1,7 @@
-"""The CPU learning check's pieces (recipes/cpu_learning): the synthetic tasks (one step, and chains of 1-3 steps)
+"""The CPU learning check's pieces (recipes/harness/learning): the synthetic tasks (one step, and chains of 1-3 steps)
 go through the recipe's data prep, and an SFT transcript is, token for token, what verl's real ToolAgentLoop holds
 after the same conversation, for every number of calls of one-, two- and three-step problems (the recipe's config,
-tool and parser; only the LLM server is scripted, recipes.standins.scripted_llm)."""
+tool and parser; only the LLM server is scripted, recipes.harness.standins.scripted_llm)."""
 
 import asyncio
 import json
@@ -11,12 +11,12 @@ import pytest
 
 from data_prep.gsm8k import main as data_prep_main
 from data_prep.gsm8k_rows import SourceRecord, build_row
-from recipes import agent_loop_inprocess as harness
 from recipes.constants import REPO_ROOT
-from recipes.cpu_learning import task
-from recipes.cpu_learning.small_model import build_from_rows
-from recipes.cpu_learning.transcripts import Renderer, depth_of, expressions_of, scripted_turns
-from recipes.standins.scripted_llm import ScriptedLLM
+from recipes.harness import agent_loop_inprocess as harness
+from recipes.harness.learning import task
+from recipes.harness.learning.small_model import build_from_rows
+from recipes.harness.learning.transcripts import Renderer, depth_of, expressions_of, scripted_turns
+from recipes.harness.standins.scripted_llm import ScriptedLLM
 from recipes.tool_sets import get_tool_set
 
 
@@ -157,7 +157,7 @@ def test_chain_transcripts_equal_the_agent_loops_tokens_for_every_number_of_call
 
 def test_evaluator_scores_the_agent_loops_rollouts_with_the_recipes_reward(small):
     """Scripted turns of known quality in, accuracy and tool-call rate out (tools on and tools off)."""
-    from recipes.cpu_learning.evaluate import OVERRIDES, score_rollouts
+    from recipes.harness.learning.evaluate import OVERRIDES, score_rollouts
 
     tok, rows = small
     rows = rows[:4]
@@ -190,7 +190,7 @@ def test_sft_learns_only_assistant_tokens(small, tmp_path):
     import torch
     from transformers import AutoModelForCausalLM
 
-    from recipes.cpu_learning.sft import batch_tensors
+    from recipes.harness.learning.sft import batch_tensors
 
     tok, rows = small
     renderer = Renderer(tok, get_tool_set("calculator").chat_schemas())
@@ -216,7 +216,7 @@ def test_sft_learns_only_assistant_tokens(small, tmp_path):
 def test_sft_mixes_tool_and_direct_transcripts_at_the_asked_share(small):
     import random
 
-    from recipes.cpu_learning.sft import pick_transcripts
+    from recipes.harness.learning.sft import pick_transcripts
 
     tok, rows = small
     renderer = Renderer(tok, get_tool_set("calculator").chat_schemas())
@@ -237,7 +237,7 @@ def test_sft_on_chains_calls_for_every_step_less_often_the_deeper_the_problem(ch
     chain to its end with probability tool_fraction ** depth, leaving GRPO the deep problems to learn."""
     import random
 
-    from recipes.cpu_learning.sft import pick_transcripts
+    from recipes.harness.learning.sft import pick_transcripts
 
     tok, rows = chain
     renderer = Renderer(tok, get_tool_set("calculator").chat_schemas())
@@ -262,7 +262,7 @@ def test_the_unmasked_loop_trains_on_tool_tokens_and_scores_as_the_recipe(chain)
     recipe's, with the tool responses' tokens in the response mask."""
     from omegaconf import OmegaConf
 
-    from recipes.agent_loop import REWARD_EXTRA_INFO, ScoredToolAgentLoop
+    from recipes.rollout.agent_loop import REWARD_EXTRA_INFO, ScoredToolAgentLoop
     from testkit.unmasked_agent_loop import UnmaskedToolAgentLoop
 
     tok, rows = chain
@@ -284,7 +284,7 @@ def test_the_unmasked_loop_trains_on_tool_tokens_and_scores_as_the_recipe(chain)
 
 def test_flipped_reward_negates_only_the_score():
     from recipes.constants import DATA_SOURCE
-    from recipes.reward import compute_score
+    from recipes.rollout.reward import compute_score
     from testkit.flipped_reward import compute_score as flipped
 
     text = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "1 + 2"}}\n</tool_call>\n#### 3'
@@ -299,7 +299,7 @@ def test_flipped_reward_negates_only_the_score():
     ((0.37, 0.76, 0.60, 0.70), ["tool-call rate", "tools on"]),
 ])
 def test_the_bar_names_each_criterion_it_fails(scores, failed):
-    from recipes.cpu_learning.bar import judge
+    from recipes.harness.learning.bar import judge
 
     verdicts = judge(*scores)
     assert len(verdicts) == 3
@@ -320,7 +320,7 @@ def chain_summary(acc, acc3, calls_per_op=1.0, rate=1.0):
     (chain_summary(0.45, 0.60), ["after GRPO"]),
 ])
 def test_the_chain_bar_judges_the_deepest_problems_and_calls_per_operation(final, failed, tmp_path, capsys):
-    from recipes.cpu_learning import bar
+    from recipes.harness.learning import bar
 
     sft, off = chain_summary(0.30, 0.20, calls_per_op=0.5), chain_summary(0.0, 0.0, rate=0.0)
     verdicts = bar.judge_chain(sft, final, off)
@@ -353,7 +353,7 @@ def _sft_args(small, tmp_path) -> list[str]:
 
 def test_sft_stops_and_saves_nothing_when_the_tool_only_phase_has_not_converged(small, tmp_path):
     """learn_cpu.sh restarts a stuck warm start from a new init on exit NOT_CONVERGED; a converged one is saved."""
-    from recipes.cpu_learning import sft
+    from recipes.harness.learning import sft
 
     base = [*_sft_args(small, tmp_path), "--steps", "3"]
     common = [*base, "--tool_only_steps", "2"]
@@ -369,7 +369,7 @@ def test_sft_stops_and_saves_nothing_when_the_tool_only_phase_has_not_converged(
 def test_sft_hands_its_weight_decay_to_the_optimizer(small, tmp_path, monkeypatch):
     import torch
 
-    from recipes.cpu_learning import sft
+    from recipes.harness.learning import sft
 
     seen, adamw = [], torch.optim.AdamW
 
@@ -443,7 +443,7 @@ def test_learn_cpu_refuses_an_sft_model_that_is_not_a_model_and_changes_nothing(
 def test_learn_cpu_gives_the_sft_numbers_for_either_task(tmp_path, task_name):
     """Every size the SFT gets is a number (the chain task's defaults once reached it as unfilled names)."""
     proc = _learn_cpu(tmp_path, WORK_DIR=str(tmp_path / "work"), TASK=task_name)
-    [(args, _)] = _stub_calls(tmp_path, "recipes.cpu_learning.sft")
+    [(args, _)] = _stub_calls(tmp_path, "recipes.harness.learning.sft")
     sizes = {flag: args[args.index(flag) + 1] for flag in ("--steps", "--tool_only_steps", "--tool_fraction",
                                                              "--converged_loss", "--batch_size", "--lr",
                                                              "--schedule_steps")}
@@ -452,9 +452,9 @@ def test_learn_cpu_gives_the_sft_numbers_for_either_task(tmp_path, task_name):
     assert int(sizes["--schedule_steps"]) >= int(sizes["--steps"])  # the cosine ends at or after the last step
     # the chain's copy plateau is left with weight decay; the one-step check's warm start stays as documented
     assert float(args[args.index("--weight_decay") + 1]) == (0.1 if task_name == "chain" else 0.0)
-    [(task_args, _)] = _stub_calls(tmp_path, "recipes.cpu_learning.task")
+    [(task_args, _)] = _stub_calls(tmp_path, "recipes.harness.learning.task")
     assert task_args[task_args.index("--task") + 1] == task_name
-    turns = _stub_calls(tmp_path, "recipes.cpu_learning.turn_accuracy")  # the chain's warm start, turn by turn
+    turns = _stub_calls(tmp_path, "recipes.harness.learning.turn_accuracy")  # the chain's warm start, turn by turn
     assert [args[args.index("--model_dir") + 1] for args, _ in turns] == (
         [str(tmp_path / "work" / "model_sft")] if task_name == "chain" else [])
 
@@ -467,7 +467,7 @@ def test_learn_cpu_pins_the_cpu_kernels_of_every_process(tmp_path, cpu_isa, pins
     env = {"WORK_DIR": str(tmp_path / "work")} | ({} if cpu_isa is None else {"CPU_ISA": cpu_isa})
     _learn_cpu(tmp_path, **env)
     calls = _stub_calls(tmp_path, "")
-    assert {"recipes.cpu_learning.sft", "recipes.launch"} <= {a for args, _ in calls for a in args}
+    assert {"recipes.harness.learning.sft", "recipes.launch"} <= {a for args, _ in calls for a in args}
     assert {isa for _, isa in calls} == {pins}
 
 

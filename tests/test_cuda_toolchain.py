@@ -1,4 +1,5 @@
-"""recipes/cuda_toolchain.py on a stand-in site-packages laid out as the CUDA 13 wheels lay it out (nvidia/cu13 with
+"""recipes/gpu_env/cuda_toolchain.py on a stand-in site-packages laid out as the CUDA 13 wheels lay it out
+(nvidia/cu13 with
 bin/nvcc, include/cuda.h, lib/libcudart.so.13): the links and stub it adds, and the .pth hook that hands CUDA_HOME
 to fresh interpreters (real `site` processing, real subprocesses, a real gcc build of the stub)."""
 
@@ -10,7 +11,7 @@ import sys
 
 import pytest
 
-from recipes import cuda_toolchain
+from recipes.gpu_env import cuda_toolchain
 
 # A few declarations in cuda.h's own style: a plain entry point, and one its macros map to a versioned symbol.
 CUDA_H = """

@@ -10,9 +10,9 @@ from collections import Counter
 import pytest
 
 from data_prep import gsm8k
-from recipes.agent_loop_inprocess import compose_trainer_config
 from recipes.constants import AGENT_NAME
-from recipes.cpu_backend.qwen_tokenizer import load_qwen25_tokenizer
+from recipes.harness.agent_loop_inprocess import compose_trainer_config
+from recipes.harness.qwen_tokenizer import load_qwen25_tokenizer
 from recipes.tool_sets import get_tool_set
 
 

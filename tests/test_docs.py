@@ -7,8 +7,6 @@ import shutil
 
 import pytest
 
-from testkit.launcher import load_script
-
 README_MAX_BYTES = 10_000  # bytes: "under 10 KB", with room for what the docs index gains
 REPO_DIRS = ("scripts", "config", "recipes", "tools", "testkit", "data_prep", "requirements", "tests", "docs")
 FENCE = re.compile(r"^```.*?^```", re.M | re.S)
@@ -31,7 +29,9 @@ def pages(repo_root):
 
 @pytest.fixture(scope="module")
 def measured():
-    return load_script("record_measured")
+    from recipes.harness.bench import measured as page_writer
+
+    return page_writer
 
 
 def visible(text: str) -> str:
@@ -202,7 +202,9 @@ def test_the_documented_publish_evals_commands_get_past_their_arguments(pages, r
     import subprocess
     import sys
 
-    docstring = load_script("publish_evals").__doc__
+    from recipes.results import publish
+
+    docstring = publish.__doc__
     texts = [*pages.values(), docstring]
     commands = {m.group(0).replace("\\\n", " ") for text in texts
                 for m in re.finditer(r"python scripts/publish_evals\.py(?:[^\n#]|\\\n)*", text)}

@@ -45,7 +45,7 @@ def test_the_guard_sees_what_importing_weave_reaches_for(tmp_path, monkeypatch):
 def test_the_link_built_without_weave_is_weaves_own(monkeypatch, base_url, app_url):
     from weave.trace.urls import project_weave_root_url
 
-    from recipes.trace_location import weave_project_url
+    from recipes.tracing.location import weave_project_url
 
     monkeypatch.setenv("WANDB_BASE_URL", base_url)
     if app_url:

@@ -11,8 +11,8 @@ environment (e.g. TRACE, LOGGER), as scripts/smoke_cpu.sh takes them.
 The stand-ins (recipes/cpu_backend) are the platform, the FSDP2 engine registration and the rollout server; the
 server writes a calculator call in one of every two first turns of a prompt (a random model never does), and
 everything else (agent loop, tools, reward, GRPO, FSDP2 update, checkpoint, resume) is verl's and the recipe's.
-Tracing is on, against a W&B stand-in on 127.0.0.1 (recipes/standins/weave_http_server.py), with agent-loop worker
-UNTRACED_WORKER's weave.init made to fail (tests/testkit/trace_fault.py): the other worker's traces must all
+Tracing is on, against a W&B stand-in on 127.0.0.1 (recipes/harness/standins/weave_http_server.py), with agent-loop
+worker UNTRACED_WORKER's weave.init made to fail (tests/testkit/trace_fault.py): the other worker's traces must all
 arrive, and the run must train on.
 """
 
@@ -110,7 +110,7 @@ def _kill_session(sid: int) -> None:
 def smoke(tmp_path_factory, shared_gsm8k_dir_or_mini) -> Smoke:
     """The one smoke run every test reads, tracing on against a loopback W&B for both launches; agent-loop
     worker UNTRACED_WORKER's weave.init is made to fail (tests/testkit/trace_fault.py)."""
-    from recipes.standins.weave_http_server import loopback_wandb
+    from recipes.harness.standins.weave_http_server import loopback_wandb
 
     if os.environ.get(REUSE_ENV):  # re-read a finished run's evidence (while editing these tests)
         work = Path(os.environ[REUSE_ENV])

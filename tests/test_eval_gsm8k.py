@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from data_prep import gsm8k
-from recipes.evaluation.scoring import pass_at_k
+from recipes.results.scoring import pass_at_k
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -82,7 +82,7 @@ def test_pass_at_k_is_the_unbiased_estimator(outcomes):
 
 
 def scored(acc_strict, acc_flexible, calls, pred):
-    """A dump line's reward keys, as the run's agent loop scored the trajectory (recipes/reward.py's)."""
+    """A dump line's reward keys, as the run's agent loop scored the trajectory (recipes/rollout/reward.py's)."""
     return {"acc_strict": acc_strict, "acc_flexible": acc_flexible, "format_ok": float(pred != ""),
             "num_tool_calls": calls, "num_bad_tool_calls": 0, "pred": pred}
 
@@ -142,7 +142,7 @@ def test_a_dump_without_the_rewards_keys_is_refused_not_rescored(tmp_path):
 
 def model_folder(path: Path, exported_from: tuple[str, int] | None = None) -> Path:
     """A model folder as the preflight checks it (config.json), and what scripts/export_checkpoint.py records."""
-    from recipes.evaluation.provenance import write_record
+    from recipes.export.provenance import write_record
 
     path.mkdir(parents=True)
     (path / "config.json").write_text("{}")
@@ -214,7 +214,7 @@ def test_the_plan_of_an_evaluation_shows_no_training(prepared_data_dir, tmp_path
 
 def test_evaluations_of_different_exports_get_their_own_names(tmp_path):
     """Every export used to be evaluated as eval_hf_default_tools, in one folder and under one Weave name."""
-    from recipes.evaluation.provenance import eval_name
+    from recipes.export.provenance import eval_name
 
     names = {eval_name(str(model_folder(tmp_path / run / f"step{step}" / "hf", (run, step))), "calculator")
              for run, step in (("gsm8k_a", 20), ("gsm8k_a", 40), ("gsm8k_b", 40))}

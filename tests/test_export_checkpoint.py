@@ -36,7 +36,7 @@ def test_latest_step_and_the_exact_merger_command(tmp_path):
     proc = export(root, "--target_dir", tmp_path / "hf", "--dry_run")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[-1].endswith(
-        f"-m recipes.evaluation.merge_fsdp --local_dir {root}/global_step_40/actor --target_dir {tmp_path}/hf "
+        f"-m recipes.export.merge_fsdp --local_dir {root}/global_step_40/actor --target_dir {tmp_path}/hf "
         "--dtype checkpoint")
     proc = export(root, "--target_dir", tmp_path / "hf", "--step", "20", "--dry_run")
     assert f"{root}/global_step_20/actor" in proc.stdout
@@ -45,7 +45,7 @@ def test_latest_step_and_the_exact_merger_command(tmp_path):
 def test_the_experiment_is_the_launchs_own_name(tmp_path):
     """The launcher keeps hydra's config of each launch in <OUTPUT_DIR>/hydra/<time>/.hydra/: the latest one that
     saved into these checkpoints names the experiment, whatever the folder is called."""
-    from recipes.evaluation.provenance import experiment_of
+    from recipes.export.provenance import experiment_of
 
     root = fake_checkpoint(tmp_path / "run" / "checkpoints")
     assert experiment_of(root) == "run"  # no launcher config: the run folder's name
@@ -124,7 +124,7 @@ def test_the_export_holds_the_trained_fp32_weights_bit_for_bit_and_is_readable(f
 def test_dtype_bfloat16_casts_on_purpose_and_says_so(fsdp_checkpoint, tmp_path, capsys):
     from safetensors.torch import load_file
 
-    from recipes.evaluation import merge_fsdp
+    from recipes.export import merge_fsdp
 
     root, trained = fsdp_checkpoint
     actor = root / "global_step_1" / "actor"

@@ -1,4 +1,4 @@
-"""The first-use kernel census (recipes/kernel_census.py) and what builds it (recipes/jit_kernels.py).
+"""The first-use kernel census (recipes/gpu_env/kernel_census.py) and what builds it (recipes/gpu_env/jit_kernels.py).
 
 On CPU (CI): the census is pinned here module by module, so dropping one fails; jit_kernels builds exactly the
 census, one line per module, and fails when one does not compile (its compiler replaced by the stand-in
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from recipes import jit_kernels
 from recipes.constants import REPO_ROOT
-from recipes.kernel_census import QWEN25, SOURCES, census, modules_for, shape_of, shapes_with_head_dims
+from recipes.gpu_env import jit_kernels
+from recipes.gpu_env.kernel_census import QWEN25, SOURCES, census, modules_for, shape_of, shapes_with_head_dims
 
 FA = ("batch_prefill_with_kv_cache_dtype_q_bf16_dtype_kv_bf16_dtype_o_bf16_dtype_idx_i32_head_dim_qk_{0}_"
       "head_dim_vo_{0}_posenc_0_use_swa_False_use_logits_cap_False_f16qk_False")

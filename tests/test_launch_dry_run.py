@@ -17,7 +17,7 @@ from recipes.launch import ray_job
 from recipes.launch.__main__ import main as launcher_main
 from recipes.launch.decision import SUBMIT, TRAIN, dry_run_lines, plan_launch
 from recipes.launch.knobs import KnobError, Knobs
-from testkit.launcher import clean_environ, load_script, override_dict, plan, run_script
+from testkit.launcher import clean_environ, override_dict, plan, run_script
 
 PROFILES = sorted(p.stem for p in PROFILE_DIR.glob("*.yaml"))
 DEFAULT_PROFILE = "8xh100"  # scripts/run_gsm8k_grpo.sh's PROFILE default: the conftest's default_dry_run
@@ -104,7 +104,7 @@ def test_default_launch_is_the_recipe(default_dry_run):
     overrides = default_dry_run.overrides
     assert overrides["actor_rollout_ref.rollout.multi_turn.tool_config_path"] == \
         f"{REPO_ROOT}/config/tool_config/calculator.yaml"
-    assert overrides["reward.custom_reward_function.path"] == f"{REPO_ROOT}/recipes/reward.py"
+    assert overrides["reward.custom_reward_function.path"] == f"{REPO_ROOT}/recipes/rollout/reward.py"
     assert overrides["trainer.default_local_dir"] == f"{REPO_ROOT}/outputs/gsm8k_calculator_8xh100/checkpoints"
     # the recipe's values come from its YAML, not from the launcher
     assert "actor_rollout_ref.rollout.n" not in overrides and "data.train_batch_size" not in overrides
@@ -212,7 +212,9 @@ def test_dry_run_refuses_what_would_fail(prepared_data_dir, args, env, message):
 
 @pytest.fixture(scope="module")
 def preflight_script():
-    return load_script("preflight")
+    from recipes.launch import preflight_command
+
+    return preflight_command
 
 
 @pytest.mark.parametrize(

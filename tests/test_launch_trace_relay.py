@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from recipes.constants import REPO_ROOT
-from recipes.standins.weave_http_server import API_KEY, loopback_wandb
+from recipes.harness.standins.weave_http_server import API_KEY, loopback_wandb
 from testkit.launcher import clean_environ, plan
 from testkit.threads import other_threads
 
@@ -30,7 +30,7 @@ LAST_STEP_CALLS = 5  # traced by main_ppo's processes while they shut down
 
 MAIN_PPO_STAND_IN = """
 import os, signal, sys, time
-from recipes.tracing import use_trace_relay
+from recipes.tracing.relay_client import use_trace_relay
 assert use_trace_relay(), "no trace relay in main_ppo's environment"  # as each agent-loop worker does
 import weave
 client = weave.init("launch-relay-test")

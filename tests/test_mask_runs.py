@@ -3,7 +3,7 @@ and the warm start's turn accuracy both read it)."""
 
 import pytest
 
-from recipes.cpu_learning.turn_accuracy import turn_spans
+from recipes.harness.learning.turn_accuracy import turn_spans
 from recipes.trajectory import mask_runs, split_turns
 
 

@@ -31,8 +31,13 @@ def modules_with_literal(value: str) -> list[str]:
     return found
 
 
+REWARD_KEY_NAMES = ("acc_strict", "acc_flexible", "num_bad_tool_calls", "tool_bonus", "ref_ops")
+
+
 @pytest.mark.parametrize("value, home", [("hf_cpu", "recipes/cpu_backend/__init__.py"),
-                                         ("GSM8K_RECIPE_TRACE_RELAY", "recipes/constants.py")])
+                                         ("GSM8K_RECIPE_TRACE_RELAY", "recipes/constants.py"),
+                                         # the reward's keys: one list, recipes/answers.py REWARD_KEYS
+                                         *[(key, "recipes/answers.py") for key in REWARD_KEY_NAMES]])
 def test_a_shared_name_is_written_once(value, home):
     assert modules_with_literal(value) == [home]
 

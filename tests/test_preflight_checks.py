@@ -4,8 +4,8 @@ Each composes the recipe's real config (hydra, as the launcher does) and runs th
 
 import pytest
 
-from recipes.cpu_backend.qwen_tokenizer import build_tiny_qwen2_model_dir
 from recipes.credentials import wandb_api_key
+from recipes.harness.qwen_tokenizer import build_tiny_qwen2_model_dir
 from recipes.preflight.checks import check_cpu_rollout
 from recipes.preflight.compose import compose_config
 from recipes.preflight.report import Report

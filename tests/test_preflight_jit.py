@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from recipes.kernel_census import census
+from recipes.gpu_env.kernel_census import census
 from recipes.preflight.jit_toolchain import (
     FIRST_USE,
     check_jit_toolchain,

@@ -17,20 +17,19 @@ from contextlib import redirect_stdout
 import pytest
 
 from data_prep.gsm8k_rows import SourceRecord, build_row
-from recipes import agent_loop_inprocess as harness
-from recipes.agent_loop import ScoredToolAgentLoop
 from recipes.constants import CALCULATOR
-from recipes.cpu_backend.qwen_tokenizer import load_qwen25_tokenizer
-from recipes.evaluation import weave_publish
-from recipes.evaluation.scoring import summarize
-from recipes.evaluation.weave_publish import SCORE_KEYS, SCORER
-from recipes.rollout_report.dumps import load_dump_dir
-from recipes.standins.scripted_llm import ScriptedLLM, tool_call
-from recipes.standins.weave_memory_server import install_memory_weave_client
+from recipes.harness import agent_loop_inprocess as harness
+from recipes.harness.qwen_tokenizer import load_qwen25_tokenizer
+from recipes.harness.standins.scripted_llm import ScriptedLLM, tool_call
+from recipes.harness.standins.weave_memory_server import install_memory_weave_client
+from recipes.results import weave_publish
+from recipes.results.dumps import load_dump_dir
+from recipes.results.scoring import summarize
+from recipes.results.weave_publish import SCORE_KEYS, SCORER
+from recipes.rollout.agent_loop import ScoredToolAgentLoop
 from recipes.tool_sets import get_tool_set
 from recipes.trajectory import count_tool_errors
 from testkit.dumps import write_verl_dump
-from testkit.launcher import load_script
 
 PROJECT = "gsm8k-evals-test"
 EXPERIMENT = "qwen-tools"
@@ -107,7 +106,7 @@ def published(validation_dir):
 
 def run_main(argv):
     """scripts/publish_evals.py's main() in this process (the memory server lives here), with a W&B key set."""
-    module = load_script("publish_evals")
+    from recipes.results import publish as module
     previous = os.environ.get("WANDB_API_KEY")
     os.environ["WANDB_API_KEY"] = "offline-test-key"
     out = io.StringIO()
@@ -336,7 +335,7 @@ def test_watcher_publishes_as_dumps_land_and_never_raises(validation_dir, tmp_pa
 
     thread = threading.Thread(target=watcher, daemon=True)
     try:
-        with caplog.at_level("INFO", logger="recipes.evaluation.eval_watch"):
+        with caplog.at_level("INFO", logger="recipes.results.eval_watch"):
             thread.start()
             watched.mkdir(parents=True)
             shutil.copy(validation_dir / "0.jsonl", watched / "0.jsonl")

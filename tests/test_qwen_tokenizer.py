@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from recipes.cpu_backend.qwen_tokenizer import FIRST_ADDED_ID, load_qwen25_tokenizer
+from recipes.harness.qwen_tokenizer import FIRST_ADDED_ID, load_qwen25_tokenizer
 
 
 @pytest.fixture(scope="module")

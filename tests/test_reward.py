@@ -1,11 +1,11 @@
-"""recipes/reward.py on what the model wrote (the agent loop hands it only that: tests/test_scoring_path.py):
+"""recipes/rollout/reward.py on what the model wrote (the agent loop hands it only that: tests/test_scoring_path.py):
 strict/flexible; the optional tool-call bonus."""
 
 import pytest
 
 from data_prep.gsm8k_rows import SourceRecord, build_row
 from recipes.constants import CALC_GSM8K_REWARD, DATA_SOURCE
-from recipes.reward import compute_score
+from recipes.rollout.reward import compute_score
 from recipes.tool_sets import get_tool_set
 from recipes.trajectory import count_tool_calls
 

@@ -6,12 +6,12 @@ import json
 import pytest
 
 from data_prep.gsm8k_rows import SourceRecord, build_row
-from recipes import agent_loop_inprocess as harness
-from recipes.agent_loop import ScoredToolAgentLoop
 from recipes.constants import CALCULATOR
-from recipes.cpu_backend.qwen_tokenizer import load_qwen25_tokenizer
-from recipes.rollout_report.stats import by_step, collapse_alarm
-from recipes.standins.scripted_llm import ScriptedLLM, tool_call
+from recipes.harness import agent_loop_inprocess as harness
+from recipes.harness.qwen_tokenizer import load_qwen25_tokenizer
+from recipes.harness.standins.scripted_llm import ScriptedLLM, tool_call
+from recipes.results.stats import by_step, collapse_alarm
+from recipes.rollout.agent_loop import ScoredToolAgentLoop
 from recipes.tool_sets import get_tool_set
 from testkit.dumps import write_verl_dump
 

@@ -1,5 +1,5 @@
-"""recipes/sglang_patch.py with the real `patch` tool on a stand-in site-packages: an sglang dist-info and the two
-regions of activation.cuh the patch touches, rebuilt from the patch's own "before" side (sglang is not in the CPU
+"""recipes/gpu_env/sglang_patch.py with the real `patch` tool on a stand-in site-packages: an sglang dist-info and the
+two regions of activation.cuh the patch touches, rebuilt from the patch's own "before" side (sglang is not in the CPU
 test env)."""
 
 import re
@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from recipes import sglang_patch
+from recipes.gpu_env import sglang_patch
 
 pytestmark = pytest.mark.skipif(shutil.which("patch") is None, reason="needs the patch tool")
 HEADER = "sglang" / sglang_patch.HEADER

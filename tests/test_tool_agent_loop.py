@@ -1,6 +1,6 @@
-"""Our tools inside verl 0.9.1's real ToolAgentLoop, run as the recipe's agent loop (recipes/agent_loop.py): real
-Qwen2.5 tokenizer, our YAML through verl's loader, verl's composed config. Only the LLM server is a stand-in
-(recipes.standins.scripted_llm: scripted turns as tokens)."""
+"""Our tools inside verl 0.9.1's real ToolAgentLoop, run as the recipe's agent loop (recipes/rollout/agent_loop.py):
+real Qwen2.5 tokenizer, our YAML through verl's loader, verl's composed config. Only the LLM server is a stand-in
+(recipes.harness.standins.scripted_llm: scripted turns as tokens)."""
 
 import asyncio
 import time
@@ -8,12 +8,12 @@ import time
 import pytest
 
 from data_prep.gsm8k_rows import SourceRecord, build_row
-from recipes import agent_loop_inprocess as harness
-from recipes.agent_loop import ScoredToolAgentLoop
 from recipes.constants import CALC_GSM8K_REWARD, CALCULATOR, DATA_SOURCE
-from recipes.cpu_backend.qwen_tokenizer import load_qwen25_tokenizer
-from recipes.reward import compute_score
-from recipes.standins.scripted_llm import ScriptedLLM, tool_call
+from recipes.harness import agent_loop_inprocess as harness
+from recipes.harness.qwen_tokenizer import load_qwen25_tokenizer
+from recipes.harness.standins.scripted_llm import ScriptedLLM, tool_call
+from recipes.rollout.agent_loop import ScoredToolAgentLoop
+from recipes.rollout.reward import compute_score
 from recipes.tool_sets import get_tool_set
 from recipes.trajectory import model_text, split_turns
 

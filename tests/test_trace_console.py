@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from recipes.standins.weave_http_server import loopback_wandb
+from recipes.harness.standins.weave_http_server import loopback_wandb
 
 
 @pytest.fixture
@@ -26,7 +26,7 @@ def fresh_trace_config():
 def test_worker_tracing_prints_no_call_links(fresh_trace_config, monkeypatch, caplog):
     from verl.utils.rollout_trace import rollout_trace_attr, rollout_trace_op
 
-    from recipes.tracing import guard_trace_init
+    from recipes.tracing.guard import guard_trace_init
 
     class Loop:
         @rollout_trace_op
@@ -69,7 +69,7 @@ def test_the_launch_says_where_the_traces_are(default_dry_run):
     ("https://wandb.example.com", "https://wandb.example.com/team/gsm8k_tool_grpo/weave"),  # self-hosted
 ])
 def test_the_link_is_the_projects_weave_page(monkeypatch, base_url, expected):
-    from recipes.trace_location import weave_project_url, where_traces_go
+    from recipes.tracing.location import weave_project_url, where_traces_go
 
     monkeypatch.setenv("WANDB_BASE_URL", base_url)
     monkeypatch.setenv("WANDB_ENTITY", "team")

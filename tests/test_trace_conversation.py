@@ -1,6 +1,6 @@
 """One trajectory's trace root as W&B receives it: the real weave client over HTTP to the loopback W&B stand-in
-(recipes.standins.weave_http_server), verl's tracing path, the recipe's agent loop with the calculator tool. The root
-must read as a conversation: reward and correctness first, then the turns as chat messages in the OpenAI
+(recipes.harness.standins.weave_http_server), verl's tracing path, the recipe's agent loop with the calculator tool.
+The root must read as a conversation: reward and correctness first, then the turns as chat messages in the OpenAI
 shape the Weave UI shows as a chat (weave-js ChatView: isTraceCallChatFormatOpenAI, isMessage, isToolCall). A
 problem of three chained steps (the CPU learning check's chain task) must show the chain: call, result, a call on
 that result, ..."""
@@ -12,16 +12,16 @@ import numpy as np
 import pytest
 
 from data_prep.gsm8k_rows import SourceRecord, build_row
-from recipes import agent_loop_inprocess as harness
-from recipes.agent_loop import ScoredToolAgentLoop
 from recipes.constants import CALCULATOR
-from recipes.cpu_backend.qwen_tokenizer import load_qwen25_tokenizer
-from recipes.cpu_learning import task
-from recipes.cpu_learning.transcripts import expressions_of, scripted_turns
-from recipes.standins.scripted_llm import ScriptedLLM, tool_call
-from recipes.standins.weave_http_server import loopback_wandb
+from recipes.harness import agent_loop_inprocess as harness
+from recipes.harness.learning import task
+from recipes.harness.learning.transcripts import expressions_of, scripted_turns
+from recipes.harness.qwen_tokenizer import load_qwen25_tokenizer
+from recipes.harness.standins.scripted_llm import ScriptedLLM, tool_call
+from recipes.harness.standins.weave_http_server import loopback_wandb
+from recipes.rollout.agent_loop import ScoredToolAgentLoop
 from recipes.tool_sets import get_tool_set
-from recipes.tracing import CHAT_OP
+from recipes.tracing.shaping import CHAT_OP
 
 QUESTION = "Natalia sold 48 clips in April and half as many in May. How many in total?"
 TURNS = [tool_call(CALCULATOR, expression="48/2"), "48 + 24 = 72 clips.\n#### 72"]

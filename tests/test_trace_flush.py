@@ -5,8 +5,8 @@ transport, W&B as the loopback stand-in answering each write after 5 s."""
 import asyncio
 import time
 
-from recipes.standins.weave_http_server import API_KEY, loopback_wandb
-from recipes.tracing import TraceFlusher
+from recipes.harness.standins.weave_http_server import API_KEY, loopback_wandb
+from recipes.tracing.flush import TraceFlusher
 
 
 def test_a_slow_wandb_costs_a_step_at_most_the_flush_timeout():

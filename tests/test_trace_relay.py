@@ -10,15 +10,16 @@ import time
 
 import pytest
 
-from recipes.standins.weave_http_server import API_KEY, loopback_wandb
+from recipes.constants import TRACE_RELAY_ENV
+from recipes.harness.standins.weave_http_server import API_KEY, loopback_wandb
 from recipes.trace_relay.relay import TraceRelay
 from recipes.trace_relay.spool import Record, Spool, SpoolBusy
 from recipes.trace_relay.upstream import Upstream
-from recipes.tracing import TRACE_RELAY_ENV, use_trace_relay
+from recipes.tracing.relay_client import use_trace_relay
 
 CLIENT = """
 import os, sys
-from recipes.tracing import use_trace_relay
+from recipes.tracing.relay_client import use_trace_relay
 use_trace_relay()  # as the recipe's agent-loop worker does
 import weave
 client = weave.init("relay-test")

@@ -2,8 +2,8 @@
 open meanwhile (recipes/trace_relay/keeper.py).
 
 Real processes: two weave clients trace steps of calls through the relay and flush after each (as the
-agent-loop workers do). W&B (the stand-in, recipes.standins.weave_http_server) goes down, so the relay holds a step it
-acknowledged but could not forward; then the relay is killed with SIGKILL, or stopped with SIGSTOP (a hang: the
+agent-loop workers do). W&B (the stand-in, recipes.harness.standins.weave_http_server) goes down, so the relay holds a
+step it acknowledged but could not forward; then the relay is killed with SIGKILL, or stopped with SIGSTOP (a hang: the
 keeper must notice it answers nothing and replace it), and no relay answers for longer than weave's retry window
 while the clients go on tracing. Every call must reach W&B once it is back, exactly once."""
 
@@ -19,10 +19,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from recipes.standins.weave_http_server import API_KEY, loopback_wandb
+from recipes.constants import TRACE_RELAY_ENV
+from recipes.harness.standins.weave_http_server import API_KEY, loopback_wandb
 from recipes.trace_relay.protocol import RELAY_HEALTH_PATH
 from recipes.trace_relay.spool import Spool
-from recipes.tracing import TRACE_RELAY_ENV
 from testkit.relay_process import RelayProcess
 
 pytestmark = pytest.mark.timeout(240)
@@ -36,7 +36,7 @@ HANG_AFTER_S = 3.0  # the keeper's bound on a relay that answers nothing (15 s b
 # pauses after the steps named in argv[5] until the test writes `<progress>.go<step>`: nothing is in flight then
 CLIENT = """
 import os, sys, time
-from recipes.tracing import use_trace_relay
+from recipes.tracing.relay_client import use_trace_relay
 assert use_trace_relay(), "the relay did not answer at start"
 import weave
 client = weave.init("relay-restart")

@@ -10,14 +10,14 @@ import json
 import pytest
 import yaml
 
-from testkit.launcher import load_script
-
 ENTITY_PROJECT = "weave:///loopback-entity/gsm8k_tool_grpo/op"
 
 
 @pytest.fixture(scope="module")
 def tally():
-    return load_script("trace_tally")
+    from recipes.harness import trace_tally
+
+    return trace_tally
 
 
 def output_dir(tmp_path, max_samples: int | None):

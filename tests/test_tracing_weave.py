@@ -8,14 +8,14 @@ import contextvars
 import pytest
 
 from data_prep.gsm8k_rows import SourceRecord, build_row
-from recipes import agent_loop_inprocess as harness
-from recipes.agent_loop import ScoredToolAgentLoop
 from recipes.constants import CALCULATOR
-from recipes.cpu_backend.qwen_tokenizer import load_qwen25_tokenizer
-from recipes.standins.scripted_llm import ScriptedLLM, tool_call
-from recipes.standins.weave_memory_server import install_memory_weave_client
+from recipes.harness import agent_loop_inprocess as harness
+from recipes.harness.qwen_tokenizer import load_qwen25_tokenizer
+from recipes.harness.standins.scripted_llm import ScriptedLLM, tool_call
+from recipes.harness.standins.weave_memory_server import install_memory_weave_client
+from recipes.rollout.agent_loop import ScoredToolAgentLoop
 from recipes.tool_sets import get_tool_set
-from recipes.tracing import CHAT_OP, ROLLOUT_SUMMARY, TOKEN_FIELDS, TextOnlyTracer
+from recipes.tracing.shaping import CHAT_OP, ROLLOUT_SUMMARY, TOKEN_FIELDS, TextOnlyTracer
 
 PROJECT = "gsm8k-tracing-test"
 QUESTIONS = {
@@ -105,7 +105,7 @@ def test_children_are_the_turns_in_order_with_text_and_tool_io(traced_run):
     kinds = [c["op_name"].split("/op/")[-1].split(":")[0] for c in kids]
     generate, parse, execute = ("ScriptedLLM.generate", "HermesWithFeedbackToolParser.extract_tool_calls",
                                 "CalculatorTool.execute")
-    # the turns as they ran, then the whole conversation once more in the UI's chat shape (recipes/tracing.py)
+    # the turns as they ran, then the whole conversation once more in the UI's chat shape (recipes/tracing/shaping.py)
     assert kinds == [generate, parse, execute, generate, parse, execute, generate, parse, CHAT_OP]
     first_gen, first_tool, second_tool, last_gen = kids[0], kids[2], kids[5], kids[6]
     # token2text: each turn's new text, decoded by the recipe's tracer; the context is not repeated at every turn
@@ -210,7 +210,7 @@ def test_weaves_object_search_steps_over_plain_values_only():
     object (here an op) in a call's values is still found and published by weave's own code."""
     import weave
 
-    from recipes.tracing import skip_plain_values
+    from recipes.tracing.shaping import skip_plain_values
 
     server, client = install_memory_weave_client("skip-plain-values")
     searched = []
@@ -239,7 +239,7 @@ def test_weaves_object_search_steps_over_plain_values_only():
 
 
 def test_sanitize_leaves_out_empty_fields_and_names_the_tool_schemas():
-    from recipes.tracing import sanitize
+    from recipes.tracing.shaping import sanitize
     from tools.calculator import SCHEMA
 
     inputs = {"responses_ids": list(range(40)), "tools": [SCHEMA], "image_data": None, "mm_processor_kwargs": {},

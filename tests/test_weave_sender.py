@@ -1,12 +1,12 @@
-"""recipes/weave_sender.py: weave's batch sender posts the JSON it encoded once, and W&B receives the same calls as
+"""recipes/tracing/sender.py: weave's batch sender posts the JSON it encoded once, and W&B receives the same calls as
 from weave's own sender. Real weave client, batching and HTTP transport; W&B as the loopback stand-in."""
 
 from __future__ import annotations
 
 import pytest
 
-from recipes.standins.weave_http_server import API_KEY, loopback_wandb
-from recipes.weave_sender import post_encoded_batches
+from recipes.harness.standins.weave_http_server import API_KEY, loopback_wandb
+from recipes.tracing.sender import post_encoded_batches
 
 CALLS = 12
 

@@ -52,7 +52,7 @@ class Launch:
         """PUBLISH_EVALS=1: publishes each validation as it lands and exits after the launcher does."""
         if self.knobs.publish_evals != "1":
             return None
-        command = [self.python, str(REPO_ROOT / "scripts" / "publish_evals.py"), "--validation_dir",
+        command = [self.python, "-m", "recipes.results.publish", "--validation_dir",
                    f"{self.knobs.output_dir}/validation", "--experiment", self.knobs.experiment_name,
                    "--tool_set", self.knobs.tool_set, "--watch", "--stop_when_pid_exits",
                    str(launcher_pid if launcher_pid is not None else os.getpid())]
@@ -140,7 +140,7 @@ def traces_line(launch: Launch) -> str | None:
     """Where the traces can be opened and how they get there, said once per launch; None when nothing traces."""
     if not launch.traces:
         return None
-    from recipes.trace_location import weave_project_url, where_traces_go
+    from recipes.tracing.location import weave_project_url, where_traces_go
 
     relay = launch.relay
     mode = "off" if relay is None else ("offline" if relay.offline else "auto")

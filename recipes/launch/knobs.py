@@ -2,7 +2,7 @@
 
 scripts/run_gsm8k_grpo.sh lists the knobs as users set them (`VAR=${VAR:-default}` lines, what `--help` prints)
 and hands them to `python -m recipes.launch` in its environment. Everything else that needs "the config as the
-launcher composes it" (recipes/agent_loop_inprocess.py, the benchmarks, the tests) builds `Knobs` and calls
+launcher composes it" (recipes/harness/agent_loop_inprocess.py, the benchmarks, the tests) builds `Knobs` and calls
 `launch_overrides` here instead of restating the mapping. The defaults below are the script's (a test holds
 the two equal); a knob left empty means the same as a knob unset, as `${VAR:-default}` reads it.
 """
@@ -105,7 +105,7 @@ def launch_overrides(knobs: Knobs, root: str | Path = REPO_ROOT) -> list[str]:
         f"data.val_files={knobs.data_dir}/test.parquet",
         f"actor_rollout_ref.rollout.multi_turn.tool_config_path={tool_config}",
         f"actor_rollout_ref.rollout.agent.agent_loop_config_path={root}/config/{AGENT_LOOP_CONFIG.name}",
-        f"reward.custom_reward_function.path={root}/recipes/reward.py",
+        f"reward.custom_reward_function.path={root}/recipes/rollout/reward.py",
         f"trainer.experiment_name={knobs.experiment_name}",
         f"trainer.default_local_dir={out}/checkpoints",
         f"trainer.rollout_data_dir={out}/rollouts",

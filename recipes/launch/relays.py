@@ -24,7 +24,8 @@ from pathlib import Path
 from recipes.constants import TRACE_RELAY_ENV
 from recipes.launch.knobs import Knobs
 from recipes.trace_relay.keeper import HANG_AFTER_S, RelayKeeper
-from recipes.trace_relay.on_ray import NodeSummary, RelaySettings, run_key, spool_summary
+from recipes.trace_relay.names import run_key
+from recipes.trace_relay.on_ray import NodeSummary, RelaySettings, spool_summary
 
 # Where each node keeps its traces when the run spans a cluster and TRACE_SPOOL is not set: a node's own disk
 # that outlives the run (/var/tmp survives a reboot, unlike /tmp on many systems, and is not Ray's session dir,

@@ -83,7 +83,7 @@ def _connect_to_cluster(launch: Launch) -> bool:
     """This process joins the cluster main_ppo will join, to hold a relay keeper on each node."""
     import ray
 
-    from recipes.trace_relay.on_ray import NAMESPACE
+    from recipes.trace_relay.names import NAMESPACE
 
     try:
         ray.init(address=launch.ray_address or None, namespace=NAMESPACE, log_to_driver=True)

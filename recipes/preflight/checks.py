@@ -94,7 +94,8 @@ def check_reward(config: DictConfig, report: Report) -> None:
                     "tool responses as if the model wrote them")
         return
     if not Path(path).is_file():
-        report.error(f"reward.custom_reward_function.path: {path} not found")
+        moved = " (the recipe's reward is recipes/rollout/reward.py now)" if path.endswith("recipes/reward.py") else ""
+        report.error(f"reward.custom_reward_function.path: {path} not found{moved}")
         return
     spec = importlib.util.spec_from_file_location("_preflight_reward", path)
     module = importlib.util.module_from_spec(spec)

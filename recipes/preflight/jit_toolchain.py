@@ -2,7 +2,7 @@
 preflight: the CUDA compiler they will pick and its version, the host compiler nvcc calls and whether it is in
 the range that compiles the recipe's kernels, whether SGLang's activation header carries the recipe's patch, and
 where the compiled kernels are cached: how many each cache (and FlashInfer's AOT folders) holds, and which
-modules of the census (recipes/kernel_census.py) for the launch's model are not there yet.
+modules of the census (recipes/gpu_env/kernel_census.py) for the launch's model are not there yet.
 
 Pure functions of an environment mapping (its PATH, CUDA_HOME, HOME and cache variables) and the files it names,
 so tests drive them with stand-in executables; nothing here imports sglang, flashinfer or torch.
@@ -19,8 +19,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from recipes.kernel_census import FLASHINFER_ARCH_DIR, QWEN25, Module, census, modules_for, shape_of
-from recipes.sglang_patch import HEADER, header_is_patched
+from recipes.gpu_env.kernel_census import FLASHINFER_ARCH_DIR, QWEN25, Module, census, modules_for, shape_of
+from recipes.gpu_env.sglang_patch import HEADER, header_is_patched
 
 # torch 2.11.0 and sglang-kernel in the lock are CUDA 13.0 builds; the lock's nvidia-cuda-nvcc is 13.0.
 CUDA_MAJOR = 13

@@ -7,7 +7,8 @@ there or nowhere; Ray starts it again there if it dies: max_restarts=-1). Each k
 its node and keeps a relay process serving it (recipes/trace_relay/keeper.py: replaced when it dies or stops
 answering), spooling to that node's disk, under `spool_base/<node>`. An agent-loop worker asks for the keeper of
 its own node by name (`<run>/<node id>`, namespace NAMESPACE; `run` is derived from the config every worker gets)
-and points its weave client at the URL it answers (recipes.tracing.use_trace_relay). A keeper started again by Ray
+and points its weave client at the URL it answers (recipes.tracing.relay_client.use_trace_relay). A keeper started
+again by Ray
 binds the same port (kept in its spool folder), so workers keep their URL. The launcher also asks each keeper how
 it is every WATCH_EVERY_S: one that does not answer in KEEPER_ANSWER_S (stopped, deadlocked) is killed and Ray
 starts it again; a node that joins later gets its keeper then. At the end `stop()` drains every node's relay and
@@ -19,7 +20,6 @@ process is `ray::NodeRelayKeeper`.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -29,33 +29,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from recipes.trace_relay.keeper import HANG_AFTER_S, RelayKeeper
+from recipes.trace_relay.names import KEEPER_ANSWER_S, NAMESPACE, keeper_name, node_label
 
 logger = logging.getLogger(__name__)
 
-NAMESPACE = "gsm8k_recipe"  # Ray namespace of the keepers, whichever driver (launcher, main_ppo) looks
 READY_TIMEOUT_S = 180.0  # a relay imports weave before it answers: slow on a busy node
 WATCH_EVERY_S = 5.0
-KEEPER_ANSWER_S = 30.0  # a keeper that does not answer a status call this long is killed (Ray restarts it)
-WORKER_WAIT_S = 120.0  # a worker on a node that just joined waits this long for its node's keeper
 STATE_FILE = "keeper.json"  # in a node's spool folder: the port its keeper serves, kept across keeper restarts
-
-
-def run_key(config) -> str:
-    """What names one run's keepers, computed alike by the launcher and by every worker from the config they get:
-    the experiment and its checkpoint folder (two runs that share those would overwrite each other anyway)."""
-    trainer = config["trainer"]
-    text = f"{trainer['experiment_name']}\0{trainer['default_local_dir']}"
-    return hashlib.sha1(text.encode()).hexdigest()[:12]
-
-
-def keeper_name(run: str, node_id: str) -> str:
-    return f"{run}/{node_id}"
-
-
-def node_label(node_id: str, ip: str) -> str:
-    """The node's folder under the spool base: its address and the start of its Ray node id (two nodes of one
-    machine, as in the CPU smoke, differ by the id)."""
-    return f"{ip}_{node_id[:8]}"
 
 
 @dataclass(frozen=True)
@@ -268,41 +248,6 @@ class ClusterRelays:
         for handle in self.keepers.values():
             ray.kill(handle, no_restart=True)
         return summaries
-
-
-def node_relay_url(run: str, wait_s: float = WORKER_WAIT_S) -> str | None:
-    """In a Ray worker: the URL of this node's relay for `run`, or None when the run has no relays on the cluster
-    (one node, where the launcher hands the URL down; or TRACE_RELAY=off)."""
-    import ray
-
-    if not ray.is_initialized():
-        return None
-    node_id = ray.get_runtime_context().get_node_id()
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            handle = ray.get_actor(keeper_name(run, node_id), namespace=NAMESPACE)
-            return ray.get(handle.url.remote(), timeout=KEEPER_ANSWER_S)
-        except ValueError:  # no keeper of this name (yet)
-            if not _run_has_keepers(run):
-                return None
-            if time.monotonic() > deadline:
-                logger.warning("no trace relay for this node (%s) within %.0f s, though the run has relays on other "
-                               "nodes", node_id[:8], wait_s)
-                return None
-            time.sleep(2.0)  # a node that joined after the launch: the launcher starts its keeper shortly
-        except Exception as err:  # the keeper is being started again: ask once more
-            if time.monotonic() > deadline:
-                logger.warning("this node's trace relay keeper did not answer: %s: %s", type(err).__name__, err)
-                return None
-            time.sleep(2.0)
-
-
-def _run_has_keepers(run: str) -> bool:
-    import ray
-
-    return any(actor.get("namespace") == NAMESPACE and actor.get("name", "").startswith(f"{run}/")
-               for actor in ray.util.list_named_actors(all_namespaces=True))
 
 
 def _read_json(path: Path) -> dict:

@@ -5,14 +5,12 @@ users do, in a subprocess, for the few end-to-end tests of the shell front."""
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import os
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from unittest import mock
 
 from recipes.constants import REPO_ROOT
@@ -71,14 +69,6 @@ def run_script(script: str, data_dir, *args, timeout: int = 180, **env) -> subpr
     full_env = clean_environ(**{"PYTHON": sys.executable, "DATA_DIR": str(data_dir), **env})
     return subprocess.run(["bash", str(SCRIPTS / script), *args], env=full_env, capture_output=True, text=True,
                           timeout=timeout, stdin=subprocess.DEVNULL)
-
-
-def load_script(name: str) -> ModuleType:
-    """scripts/<name>.py as a module, to call its main() in this process (scripts/ is not a package)."""
-    spec = importlib.util.spec_from_file_location(f"{name}_script", SCRIPTS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def written_config(path: str | Path) -> str:

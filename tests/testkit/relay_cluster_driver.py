@@ -25,7 +25,7 @@ class TracingWorker:
         import ray
 
         os.environ.update(env)
-        from recipes.tracing import use_trace_relay
+        from recipes.tracing.relay_client import use_trace_relay
 
         self.node = ray.get_runtime_context().get_node_id()
         self.relay = use_trace_relay(config)
@@ -55,7 +55,7 @@ def main(argv: list[str]) -> int:
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     from recipes.launch.relays import RelayPlan, start_relays
-    from recipes.trace_relay.on_ray import NAMESPACE, run_key
+    from recipes.trace_relay.names import NAMESPACE, run_key
 
     gcs, spool, steps, per_step, hang_after_s, stop_s = argv
     steps, per_step, hang_after_s, stop_s = int(steps), int(per_step), float(hang_after_s), float(stop_s)

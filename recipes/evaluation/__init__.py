@@ -1,1 +1,0 @@
-"""Evaluation helpers: summarizing validation dumps, publishing them to Weave, checkpoint export."""

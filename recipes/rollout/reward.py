@@ -1,0 +1,74 @@
+"""GSM8K reward for verl 0.9.1's `reward.custom_reward_function` (path=recipes/rollout/reward.py, name=compute_score).
+
+Called once per trajectory by the recipe's agent loop (recipes/rollout/agent_loop.py, through verl's own loader), with
+`solution_str` = what the MODEL wrote: its turns as verl's response mask marks them, one per line. Tool output
+never reaches this function, so a tool that prints the number (or a tool response the model is fed) can never
+be scored as the model's answer, whatever chat template renders the tool turns.
+
+Knobs (reward.custom_reward_function.reward_kwargs):
+- method: "strict" (default: the number after the last `####`) or "flexible" (the last number).
+- tool_call_bonus: added once when the model made at least one well-formed call of a tool the row offered
+  (`extra_info.tools_kwargs`; default 0.0).
+  The known remedy for tool-use collapse (verl PR #4998 used +0.1). It is paid for wrong answers too, as
+  in that PR, so that calling a tool is never worse than not calling one; it is paid once, not per call,
+  so spamming calls earns nothing more.
+
+Besides the score: strict and flexible correctness, whether a `####` answer was given, the tool calls (well-formed
+and malformed) and `ref_ops`, the operations the row's reference solution works through (its GSM8K `<<...>>`
+annotations), by which the evaluation summary breaks accuracy down.
+"""
+
+from __future__ import annotations
+
+from recipes.answers import (
+    ACC,
+    ACC_FLEXIBLE,
+    ACC_STRICT,
+    BAD_TOOL_CALLS,
+    FORMAT_OK,
+    PRED,
+    REF_OPS,
+    SCORE,
+    TOOL_BONUS,
+    TOOL_CALLS,
+    answers_match,
+    extract_answer,
+    reference_ops,
+)
+from recipes.constants import DATA_SOURCE
+from recipes.trajectory import count_tool_calls, offered_tools
+
+
+def compute_score(
+    data_source: str,
+    solution_str: str,
+    ground_truth: str,
+    extra_info: dict | None = None,
+    method: str = "strict",
+    tool_call_bonus: float = 0.0,
+    **kwargs,
+) -> dict:
+    if data_source != DATA_SOURCE:
+        raise ValueError(f"recipes/rollout/reward.py scores {DATA_SOURCE!r} rows only, got data_source={data_source!r}")
+    if method not in ("strict", "flexible"):
+        raise ValueError(f"reward_kwargs.method must be 'strict' or 'flexible', not {method!r}")
+    strict_pred = extract_answer(solution_str, "strict")
+    flexible_pred = extract_answer(solution_str, "flexible")
+    acc_strict = answers_match(strict_pred, ground_truth)
+    acc_flexible = answers_match(flexible_pred, ground_truth)
+    correct = acc_strict if method == "strict" else acc_flexible
+    good_calls, bad_calls = count_tool_calls(solution_str, offered_tools(extra_info))
+    bonus = float(tool_call_bonus) if good_calls else 0.0
+    # Every key is present for every sample, with one type each: verl batches them into reward_extra_info.
+    return {
+        SCORE: float(correct) + bonus,
+        ACC: float(correct),
+        ACC_STRICT: float(acc_strict),
+        ACC_FLEXIBLE: float(acc_flexible),
+        FORMAT_OK: float(strict_pred is not None),
+        TOOL_CALLS: good_calls,
+        BAD_TOOL_CALLS: bad_calls,
+        TOOL_BONUS: bonus,
+        REF_OPS: reference_ops((extra_info or {}).get("answer")),  # the row's reference steps (<<expr=value>>)
+        PRED: (strict_pred if method == "strict" else flexible_pred) or "",
+    }
