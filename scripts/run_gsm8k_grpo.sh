@@ -7,8 +7,9 @@
 #   CHECK_ONLY=1 bash scripts/run_gsm8k_grpo.sh                           # check this GPU node, start nothing
 #   bash scripts/run_gsm8k_grpo.sh trainer.total_epochs=1                 # hydra overrides go last and win
 #
-# The knobs below are what differs per machine or run; every other setting lives once, in
-# config/gsm8k_multiturn_grpo.yaml or a profile, and is changed with a hydra override. The launcher itself is
+# The knobs below are what differs per machine or run, with their defaults (their one home: the launcher reads
+# them from here); every other setting lives once, in config/gsm8k_multiturn_grpo.yaml or a profile, and is
+# changed with a hydra override. The launcher itself is
 # `python -m recipes.launch` (recipes/launch/): it maps the knobs to hydra overrides, runs the preflight (which stops
 # the launch, before any GPU work, on anything that would fail or silently do nothing), then main_ppo with a trace
 # relay on every node and, if asked, the evaluation watcher beside it.
@@ -26,8 +27,9 @@ N_GPUS_PER_NODE=${N_GPUS_PER_NODE:-}             # empty: the profile's
 NNODES=${NNODES:-}                               # empty: the profile's
 TRACE=${TRACE:-}                                 # on | off; empty: the profile's (on, except smoke tests)
 LOGGER=${LOGGER:-}                               # e.g. console or console,wandb; empty: the profile's
-EXPERIMENT_NAME=${EXPERIMENT_NAME:-gsm8k_${TOOL_SET}_${PROFILE}}
-OUTPUT_DIR=${OUTPUT_DIR:-$REPO_ROOT/outputs/$EXPERIMENT_NAME}  # checkpoints, dumps; multi-node: shared storage
+EXPERIMENT_NAME=${EXPERIMENT_NAME:-}             # empty: gsm8k_<TOOL_SET>_<PROFILE>
+OUTPUT_DIR=${OUTPUT_DIR:-}                       # checkpoints, dumps; multi-node: shared storage; empty:
+                                                 # outputs/<EXPERIMENT_NAME> in this repo
 PUBLISH_EVALS=${PUBLISH_EVALS:-0}                # 1: publish each validation to Weave as an Evaluation while training
 TRACE_RELAY=${TRACE_RELAY:-auto}                 # auto: traces go through a relay on each node that keeps them on
                                                  # disk until W&B has them; offline: air-gapped, keep them for

@@ -6,6 +6,7 @@ tool and parser; only the LLM server is scripted, recipes.harness.standins.scrip
 import asyncio
 import json
 import os
+import sys
 
 import pytest
 
@@ -298,8 +299,8 @@ def test_flipped_reward_negates_only_the_score():
     ((0.531, 0.934, 0.0, 0.99), []),  # a start above the 10-50% range: noted, not judged (it learned +40)
     ((0.37, 0.76, 0.60, 0.70), ["tool-call rate", "tools on"]),
 ])
-def test_the_bar_names_each_criterion_it_fails(scores, failed):
-    from recipes.harness.learning.bar import judge
+def test_the_verdict_names_each_criterion_it_fails(scores, failed):
+    from recipes.harness.learning.verdict import judge
 
     verdicts = judge(*scores)
     assert len(verdicts) == 3
@@ -319,24 +320,24 @@ def chain_summary(acc, acc3, calls_per_op=1.0, rate=1.0):
     (chain_summary(0.70, 0.60, calls_per_op=0.7), ["calls per operation"]),  # right, but steps done in its head
     (chain_summary(0.45, 0.60), ["after GRPO"]),
 ])
-def test_the_chain_bar_judges_the_deepest_problems_and_calls_per_operation(final, failed, tmp_path, capsys):
-    from recipes.harness.learning import bar
+def test_the_chain_verdict_judges_the_deepest_problems_and_calls_per_operation(final, failed, tmp_path, capsys):
+    from recipes.harness.learning import verdict
 
     sft, off = chain_summary(0.30, 0.20, calls_per_op=0.5), chain_summary(0.0, 0.0, rate=0.0)
-    verdicts = bar.judge_chain(sft, final, off)
+    verdicts = verdict.judge_chain(sft, final, off)
     assert len(verdicts) == 5
     assert [text.split(" ")[0] for ok, text in verdicts if not ok] == [f.split(" ")[0] for f in failed]
     paths = []
     for name, summary in (("sft", sft), ("final", final), ("off", off)):
         paths += [f"--{'tools_off' if name == 'off' else name}", str(tmp_path / f"{name}.json")]
         (tmp_path / f"{name}.json").write_text(json.dumps(summary))
-    assert bar.main([*paths, "--task", "chain"]) == 0
+    assert verdict.main([*paths, "--task", "chain"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith("[bar] note  SFT start 0.300: inside")
-    assert out[-1] == f"[bar] {'NOT met' if failed else 'met'} (chain task)"
+    assert out[0].startswith("[verdict] note  SFT start 0.300: inside")
+    assert out[-1] == f"VERDICT {'FAIL' if failed else 'PASS'} (chain task)"
     with pytest.raises(SystemExit):  # a one-step summary has no depth breakdown to judge
         (tmp_path / "final.json").write_text(json.dumps({"strict_acc": 0.7, "tool_call_rate": 1.0}))
-        bar.main([*paths, "--task", "chain"])
+        verdict.main([*paths, "--task", "chain"])
 
 
 def _sft_args(small, tmp_path) -> list[str]:
@@ -385,12 +386,14 @@ def test_sft_hands_its_weight_decay_to_the_optimizer(small, tmp_path, monkeypatc
 
 
 def _stub_python(tmp_path):
-    """A stand-in for the interpreter learn_cpu.sh runs: task, data prep, model and SFT do nothing but note their
-    arguments and the kernel pins in their environment (tmp_path/calls.txt, one line each), and the first evaluation
-    (eval_gsm8k.sh's launcher, `python -m recipes.launch`) fails, so the script stops right after it has set up
-    the warm start."""
+    """A stand-in for the interpreter learn_cpu.sh hands its knobs to: the pipeline itself (`-m
+    recipes.harness.learning`) runs on the real one; every step it starts (task, data prep, model, SFT) does nothing
+    but note its arguments and the kernel pins in its environment (tmp_path/calls.txt, one line each), and the first
+    evaluation (eval_gsm8k.sh's launcher, `python -m recipes.launch`) fails, so the check stops right after it has
+    set up the warm start."""
     stub = tmp_path / "python"
     stub.write_text('#!/usr/bin/env bash\n'
+                    f'if [ "$1 $2" = "-m recipes.harness.learning" ]; then exec {sys.executable} "$@"; fi\n'
                     f'echo "$* | ISA=${{ATEN_CPU_CAPABILITY:-}},${{MKL_CBWR:-}},${{MKL_ENABLE_INSTRUCTIONS:-}}" '
                     f'>> {tmp_path / "calls.txt"}\n'
                     'case "$*" in *recipes.launch*) exit 7 ;; esac\nexit 0\n')

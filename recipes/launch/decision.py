@@ -62,6 +62,7 @@ class Launch:
 
     @property
     def traces(self) -> bool:
+        """Whether the composed config traces rollouts to Weave."""
         return self.config is not None and \
             OmegaConf.select(self.config, "actor_rollout_ref.rollout.trace.backend") == "weave"
 
@@ -71,7 +72,6 @@ def plan_launch(knobs: Knobs, user_overrides: list[str] | tuple[str, ...] = (), 
     """The mode and main_ppo's overrides. `job`: what a submitting launcher resolved (the cluster side of a Ray
     job): its overrides are used as they are, nothing is looked up again."""
     environ = os.environ if environ is None else environ
-    knobs = knobs.resolved()
     if job is not None:
         return Launch(knobs, TRAIN, list(user_overrides), list(job["overrides"]), cluster=True, job=True,
                       python=sys.executable, ray_address=environ.get("RAY_ADDRESS", ""))

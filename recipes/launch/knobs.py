@@ -1,24 +1,37 @@
 """The launcher's knobs and the hydra overrides they become: the one home of that mapping.
 
-scripts/run_gsm8k_grpo.sh lists the knobs as users set them (`VAR=${VAR:-default}` lines, what `--help` prints)
-and hands them to `python -m recipes.launch` in its environment. Everything else that needs "the config as the
-launcher composes it" (recipes/harness/agent_loop_inprocess.py, the benchmarks, the tests) builds `Knobs` and calls
-`launch_overrides` here instead of restating the mapping. The defaults below are the script's (a test holds
-the two equal); a knob left empty means the same as a knob unset, as `${VAR:-default}` reads it.
+scripts/run_gsm8k_grpo.sh lists the knobs as users set them: its `VAR=${VAR:-default}` lines are the one home of
+their defaults (what `--help` prints), read here from the script itself, and it hands them to
+`python -m recipes.launch` in its environment. The two derived knobs, EXPERIMENT_NAME and OUTPUT_DIR (empty there),
+are derived here only, when a `Knobs` is made. Everything else that needs "the config as the launcher composes it"
+(recipes/harness/agent_loop_inprocess.py, the benchmarks, the tests) builds `Knobs` and calls `launch_overrides`
+here instead of restating the mapping. A knob left empty means the same as a knob unset, as `${VAR:-default}` reads
+it.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, fields, replace
+import re
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from recipes.constants import AGENT_LOOP_CONFIG, PROFILE_DIR, REPO_ROOT, TOOL_CONFIG_DIR
 from recipes.tool_sets import NO_TOOLS
 
+LAUNCH_SCRIPT = REPO_ROOT / "scripts" / "run_gsm8k_grpo.sh"
 TRACE_CHOICES = ("", "on", "off")
 TRACE_RELAY_CHOICES = ("auto", "offline", "off")
 SUBMIT_CHOICES = ("", "ray")
+
+
+def script_defaults(script: Path = LAUNCH_SCRIPT) -> dict[str, str]:
+    """{NAME: default} from the script's `NAME=${NAME:-default}` lines, `$HOME` and `~` expanded as bash would."""
+    found = re.findall(r"^([A-Z][A-Z0-9_]*)=\$\{\1:-([^}]*)\}", script.read_text(), re.M)
+    return {name: os.path.expanduser(os.path.expandvars(value)) for name, value in found}
+
+
+_DEFAULTS = script_defaults()
 
 
 class KnobError(ValueError):
@@ -27,27 +40,35 @@ class KnobError(ValueError):
 
 @dataclass(frozen=True)
 class Knobs:
-    """One launch's knobs, named as the script's variables in lower case. Empty experiment_name and output_dir
-    are derived (`resolved()`), as the script derives them."""
+    """One launch's knobs, named as the script's variables in lower case, with the script's defaults. An empty
+    experiment_name or output_dir is derived when the Knobs is made (__post_init__)."""
 
-    profile: str = "8xh100"
-    data_dir: str = "~/data/gsm8k"
-    tool_set: str = "calculator"
-    model_path: str = ""
-    n_gpus_per_node: str = ""
-    nnodes: str = ""
-    trace: str = ""
-    logger: str = ""
-    experiment_name: str = ""
-    output_dir: str = ""
-    publish_evals: str = "0"
-    trace_relay: str = "auto"
-    trace_spool: str = ""
-    python: str = "python3"
-    dry_run: str = "0"
-    dry_run_config: str = ""
-    submit: str = ""
-    check_only: str = "0"
+    profile: str = _DEFAULTS["PROFILE"]
+    data_dir: str = _DEFAULTS["DATA_DIR"]
+    tool_set: str = _DEFAULTS["TOOL_SET"]
+    model_path: str = _DEFAULTS["MODEL_PATH"]
+    n_gpus_per_node: str = _DEFAULTS["N_GPUS_PER_NODE"]
+    nnodes: str = _DEFAULTS["NNODES"]
+    trace: str = _DEFAULTS["TRACE"]
+    logger: str = _DEFAULTS["LOGGER"]
+    experiment_name: str = _DEFAULTS["EXPERIMENT_NAME"]
+    output_dir: str = _DEFAULTS["OUTPUT_DIR"]
+    publish_evals: str = _DEFAULTS["PUBLISH_EVALS"]
+    trace_relay: str = _DEFAULTS["TRACE_RELAY"]
+    trace_spool: str = _DEFAULTS["TRACE_SPOOL"]
+    python: str = _DEFAULTS["PYTHON"]
+    dry_run: str = _DEFAULTS["DRY_RUN"]
+    dry_run_config: str = _DEFAULTS["DRY_RUN_CONFIG"]
+    submit: str = _DEFAULTS["SUBMIT"]
+    check_only: str = _DEFAULTS["CHECK_ONLY"]
+
+    def __post_init__(self) -> None:
+        """Resolved once, here: `~` expanded, the experiment named gsm8k_<tool set>_<profile> and its outputs in
+        outputs/<experiment> of the repo unless given."""
+        experiment = self.experiment_name or f"gsm8k_{self.tool_set}_{self.profile}"
+        object.__setattr__(self, "data_dir", os.path.expanduser(self.data_dir))
+        object.__setattr__(self, "experiment_name", experiment)
+        object.__setattr__(self, "output_dir", self.output_dir or str(REPO_ROOT / "outputs" / experiment))
 
     @classmethod
     def names(cls) -> list[str]:
@@ -56,16 +77,9 @@ class Knobs:
 
     @classmethod
     def from_environ(cls, environ: dict[str, str] | None = None) -> Knobs:
-        """The knobs a shell environment sets (unset or empty: the default), resolved."""
+        """The knobs a shell environment sets (unset or empty: the default)."""
         environ = os.environ if environ is None else environ
-        given = {f.name: environ[f.name.upper()] for f in fields(cls) if environ.get(f.name.upper())}
-        return cls(**given).resolved()
-
-    def resolved(self) -> Knobs:
-        """Derived defaults filled in (experiment name, output dir) and `~` expanded, once, here."""
-        experiment = self.experiment_name or f"gsm8k_{self.tool_set}_{self.profile}"
-        return replace(self, data_dir=os.path.expanduser(self.data_dir), experiment_name=experiment,
-                       output_dir=self.output_dir or str(REPO_ROOT / "outputs" / experiment))
+        return cls(**{f.name: environ[f.name.upper()] for f in fields(cls) if environ.get(f.name.upper())})
 
     def as_environ(self) -> dict[str, str]:
         return {name.upper(): value for name, value in asdict(self).items()}
@@ -95,7 +109,6 @@ class Knobs:
 def launch_overrides(knobs: Knobs, root: str | Path = REPO_ROOT) -> list[str]:
     """The hydra overrides a launch with these knobs passes to main_ppo, before the user's own. `root`: where the
     recipe's files are as main_ppo will see them ("." for a Ray job, which runs in Ray's copy of the repo)."""
-    knobs = knobs.resolved()
     root = str(root)
     tool_config = "null" if knobs.tool_set == NO_TOOLS else f"{root}/config/tool_config/{knobs.tool_set}.yaml"
     out = knobs.output_dir

@@ -9,7 +9,7 @@ import sys
 from dataclasses import dataclass
 from typing import TextIO
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from recipes.preflight.checks import run_all
 from recipes.preflight.compose import compose_config, validate_like_verl
@@ -28,12 +28,6 @@ class Preflight:
     @property
     def ok(self) -> bool:
         return self.config is not None and not self.report.errors
-
-    @property
-    def traces(self) -> bool:
-        """Whether the composed config traces rollouts to Weave."""
-        return self.config is not None and \
-            OmegaConf.select(self.config, "actor_rollout_ref.rollout.trace.backend") == "weave"
 
 
 def run_preflight(overrides: list[str], launch: bool = False, submit: bool = False,

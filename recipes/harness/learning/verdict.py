@@ -1,13 +1,14 @@
-"""The CPU learning check's bar, judged from the three evaluation summaries scripts/learn_cpu.sh writes.
+"""The learning check's verdict, judged from the three evaluation summaries of its run.
 
-    python -m recipes.harness.learning.bar --sft S.json --final F.json --tools_off O.json [--task chain]
+    python -m recipes.harness.learning.verdict --sft S.json --final F.json --tools_off O.json [--task chain]
 
 Strict accuracies in 0..1. Both tasks: the final model at least 20 points above the SFT start, its tool-call rate
 at least 0.8, tools on at least 20 points above tools off. The chain task also: on problems of 3 steps, the final
 model at least 20 points above the SFT start's accuracy there; and on the final model's correct answers to problems
 of 2 or 3 steps, calls per required operation (`calls_per_op`) at least 0.9: it chains its calls, it does not guess.
 
-Prints `[bar] pass|FAIL ...` lines, one per criterion, then `[bar] met|NOT met`; before them, `[bar] note ...` lines
+Prints `[verdict] pass|FAIL ...` lines, one per criterion, then `VERDICT PASS|FAIL`; before them, `[verdict] note ...`
+lines
 that report without judging: where the SFT start lies against the 10-50% range the check is sized for (a start
 outside it makes the gain easier or harder, not the learning less real; the same seed's start differed by 10
 points between two machines, so a judged gate failed runs that learned). Exit 0 either way (the run's RESULT line
@@ -80,10 +81,10 @@ def main(argv: list[str] | None = None) -> int:
     else:
         verdicts = judge(sft["strict_acc"], final["strict_acc"], off["strict_acc"], final["tool_call_rate"])
     for text in notes(sft["strict_acc"]):
-        print(f"[bar] note  {text}")
+        print(f"[verdict] note  {text}")
     for ok, text in verdicts:
-        print(f"[bar] {'pass' if ok else 'FAIL'}  {text}")
-    print(f"[bar] {'met' if all(ok for ok, _ in verdicts) else 'NOT met'} ({args.task} task)")
+        print(f"[verdict] {'pass' if ok else 'FAIL'}  {text}")
+    print(f"VERDICT {'PASS' if all(ok for ok, _ in verdicts) else 'FAIL'} ({args.task} task)")
     return 0
 
 
