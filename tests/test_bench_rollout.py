@@ -117,7 +117,7 @@ def test_over_gsm8k_train_the_calls_follow_its_steps(shared_gsm8k_dir):
 
 
 def test_the_rss_slope_tells_a_leak_from_warm_up():
-    from recipes.harness.bench.rollout import rss_slope
+    from recipes.harness.bench.rollout.figures import rss_slope
     warm_up = [[1000 + min(step, 10) * 8, 1010 + min(step, 12) * 6] for step in range(51)]  # +80 MB, then flat
     leak = [[1000 + step * 2.0, 1000 + step * 0.5] for step in range(51)]
     assert rss_slope(warm_up) == 0.0

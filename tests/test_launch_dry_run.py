@@ -163,7 +163,7 @@ def test_publishing_evaluations_while_training_runs_a_watcher_beside_main_ppo(pr
     planned = plan(prepared_data_dir, DRY_RUN="1", PUBLISH_EVALS="1", OUTPUT_DIR="/runs/a", TP="2")
     assert "tensor_model_parallel_size" not in " ".join(planned.launch.overrides)
     watcher = planned.launch.watcher_command(launcher_pid=4242)
-    assert watcher[1:4] == [f"{REPO_ROOT}/scripts/publish_evals.py", "--validation_dir", "/runs/a/validation"]
+    assert watcher[1:5] == ["-m", "recipes.results.publish", "--validation_dir", "/runs/a/validation"]
     assert watcher[-3:] == ["--watch", "--stop_when_pid_exits", "4242"]
     assert default_dry_run.launch.watcher_command() is None  # off by default
 

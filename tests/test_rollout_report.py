@@ -10,7 +10,8 @@ from recipes.constants import CALCULATOR
 from recipes.harness import agent_loop_inprocess as harness
 from recipes.harness.qwen_tokenizer import load_qwen25_tokenizer
 from recipes.harness.standins.scripted_llm import ScriptedLLM, tool_call
-from recipes.results.stats import by_step, collapse_alarm
+from recipes.results.scoring import by_step
+from recipes.results.stats import collapse_alarm
 from recipes.rollout.agent_loop import ScoredToolAgentLoop
 from recipes.tool_sets import get_tool_set
 from testkit.dumps import write_verl_dump
