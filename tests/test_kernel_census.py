@@ -145,6 +145,7 @@ def test_warm_builds_target_what_sglangs_server_builds_on_an_h100_and_name_what_
     assert "built with FLASHINFER_JIT_LINEINFO=1: a launch reuses these modules only with the same values" in out
     assert [line.split(":")[0] for line in out.splitlines() if line.endswith("MiB)")] == [
         "[jit_kernels] activation", "[jit_kernels] norm"]  # --only, in census order
+    assert out.splitlines()[-1] == "RESULT gpu_kernel_activation_seconds=0 gpu_kernel_norm_seconds=0"  # no total
     monkeypatch.delenv("FLASHINFER_JIT_LINEINFO")
     assert jit_kernels.build_settings(os.environ) == "no build variable set"
     with pytest.raises(SystemExit):
