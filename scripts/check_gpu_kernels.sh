@@ -3,7 +3,7 @@
 # needed: builds the env from requirements/gpu.txt with the README's installer (CHECK_DRIVER=0), then, with only
 # that env's toolchain, compiles into fresh caches every nvcc module of the census (recipes/gpu_env/kernel_census.py:
 # SGLang's activation, RoPE, KV-cache store, clamp_position and resolve_future_token_ids kernels, FlashInfer's
-# fa2/fa3 attention and cascade modules, for Qwen2.5's head dims), one line per module with its time, and checks
+# fa2/fa3 attention, cascade and CUDA norm modules, for Qwen2.5's head dims), one line per module with its time, and checks
 # that Triton's ptxas is the env's. Exit 0 when all compile; the last line is a RESULT line for
 # scripts/record_measured.py.
 #

@@ -19,6 +19,7 @@ from recipes.harness.learning.small_model import build_from_rows
 from recipes.harness.learning.transcripts import Renderer, depth_of, expressions_of, scripted_turns
 from recipes.harness.standins.scripted_llm import ScriptedLLM
 from recipes.tool_sets import get_tool_set
+from testkit.model_folder import assert_carries_transformers_version
 
 
 def rows_of(problems, split="train"):
@@ -363,6 +364,8 @@ def test_sft_stops_and_saves_nothing_when_the_tool_only_phase_has_not_converged(
     assert not (tmp_path / "stuck").exists()
     assert sft.main([*common, "--out_dir", str(tmp_path / "ok"), "--converged_loss", "1e6"]) == 0
     assert (tmp_path / "ok" / "model.safetensors").exists()
+    assert_carries_transformers_version(tmp_path / "ok")  # the warm start GRPO then loads
+    assert_carries_transformers_version(small[0].name_or_path)  # the random model it started from
     with pytest.raises(SystemExit):  # the check needs a tool-only phase to judge
         sft.main([*base, "--out_dir", str(tmp_path / "x"), "--converged_loss", "0.1"])
 

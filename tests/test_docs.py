@@ -129,6 +129,9 @@ def test_recording_rewrites_only_the_named_rows(measured, tmp_path):
     assert after.keys() == before.keys()
     assert (after["data_prep_seconds"].value, after["calculator_p99_ms"].value) == ("0.812", "0.0931")
     assert after["data_prep_seconds"].recorded.endswith("test box")
+    assert measured.main(["--page", str(page), "--machine", "one H100", "--commit", "abc1234"],
+                         stdin=["RESULT calculator_p99_ms=0.1\n"]) == 0  # measured elsewhere, at another commit
+    assert " at abc1234, one H100" in {f.name: f for f in measured.read_page(page)}["calculator_p99_ms"].recorded
     assert all(after[n] == before[n] for n in before if n not in ("data_prep_seconds", "calculator_p99_ms"))
     assert measured.main(["--page", str(page), "--check"]) == 0
 

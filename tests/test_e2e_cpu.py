@@ -334,3 +334,19 @@ def test_hydra_keeps_each_launchs_config_under_the_run_not_in_the_repo(smoke):
     assert [t["total_training_steps"] for t in trainers][1] == TRAIN_STEPS[-1]  # the resume's own override
     for config in configs:
         assert (config.parent.parent / "main_ppo.log").exists()
+
+
+def test_a_clean_run_ends_without_a_traceback_and_without_the_lines_the_launcher_silences(smoke):
+    """Nothing after a launch's last step reads as a crash: with DataLoader worker processes (verl's default 8), Ray
+    SIGKILLs them as the TaskRunner exits and torch's SIGCHLD handler raises "DataLoader worker (pid ...) is killed
+    by signal" inside an atexit callback, although the run succeeded; the recipe loads prompts in-process
+    (data.dataloader_num_workers: 0). No process prints what recipes/launch/console.py filters (verl's unused
+    engines) or Ray's notice that it picked token authentication."""
+    for name, launch in (("train", smoke.train), ("resume", smoke.resume)):
+        lines = launch.log.splitlines()
+        last = max(i for i, line in enumerate(lines) if _STEP_LINE.search(line))
+        after = "\n".join(lines[last + 1:])
+        assert not re.search(r"Traceback|Exception ignored|Error\b", after), f"logs/{name}.log after its last step:\n" \
+            f"{after[-4000:]}"
+        for line in ("engine is not available", "Token authentication is enabled"):
+            assert line not in launch.log, f"logs/{name}.log prints {line!r}"

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from testkit.model_folder import assert_carries_transformers_version
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -112,6 +114,7 @@ def test_the_export_holds_the_trained_fp32_weights_bit_for_bit_and_is_readable(f
     for name, tensor in saved.items():
         assert tensor.dtype == torch.float32 and torch.equal(tensor, trained[name]), name
     assert json.loads((target / "config.json").read_text())["dtype"] == "float32"
+    assert_carries_transformers_version(target)
     loaded = AutoModelForCausalLM.from_pretrained(target)  # as the eval loads it: the config's dtype
     assert all(torch.equal(loaded.state_dict()[k], v) for k, v in trained.items())
     assert stat.S_IMODE((target / "model.safetensors").stat().st_mode) == 0o640  # 0666 minus the umask 027

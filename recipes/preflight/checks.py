@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -84,6 +86,24 @@ def check_model(config: DictConfig, report: Report) -> None:
     elif not (folder / "config.json").is_file():
         report.error(f"actor_rollout_ref.model.path: {model} has no config.json{where}: not a Hugging Face model "
                      "folder (scripts/export_checkpoint.py turns a checkpoint into one)")
+    else:
+        check_transformers_version(folder / "config.json", report)
+
+
+def check_transformers_version(config_file: Path, report: Report) -> None:
+    """transformers 5.x treats a local model folder whose config.json has no `transformers_version` as a possible
+    Mistral tokenizer and warns in every process that loads it, the SGLang server and each agent-loop worker,
+    that it "will lead to incorrect tokenization" (transformers/tokenization_utils_tokenizers.py, the
+    fix_mistral_regex check): a false alarm a user reads as a broken model. save_pretrained writes the field."""
+    try:
+        config = json.loads(config_file.read_text())
+    except (OSError, ValueError) as err:
+        report.error(f"{config_file} does not read as JSON ({type(err).__name__}: {err})")
+        return
+    if isinstance(config, dict) and not config.get("transformers_version"):
+        report.warn(f"{config_file} has no \"transformers_version\": transformers will warn in every worker that "
+                    "the tokenizer has an incorrect regex pattern (a false alarm for a non-Mistral model); add "
+                    f"\"transformers_version\": \"{importlib.metadata.version('transformers')}\" to it")
 
 
 def check_reward(config: DictConfig, report: Report) -> None:
@@ -94,7 +114,8 @@ def check_reward(config: DictConfig, report: Report) -> None:
                     "tool responses as if the model wrote them")
         return
     if not Path(path).is_file():
-        moved = " (the recipe's reward is recipes/rollout/reward.py now)" if path.endswith("recipes/reward.py") else ""
+        moved = Path(path).parts[-2:] == ("recipes", "reward.py")  # where it was before recipes/rollout/
+        moved = " (the recipe's reward is recipes/rollout/reward.py now)" if moved else ""
         report.error(f"reward.custom_reward_function.path: {path} not found{moved}")
         return
     spec = importlib.util.spec_from_file_location("_preflight_reward", path)

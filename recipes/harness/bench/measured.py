@@ -4,6 +4,7 @@
     python scripts/bench_ci.py | python scripts/record_measured.py              # CI time on a fresh clone
     echo 'RESULT smoke_cpu_ram_gb=11.5' | python scripts/record_measured.py     # a figure measured by hand
     echo 'RESULT new_figure=3.2' | python scripts/record_measured.py --how "..." --target "..."   # a new row
+    echo 'RESULT gpu_figure=1.6' | python scripts/record_measured.py --machine "one H100" --commit abc1234  # elsewhere
     echo 'RESULT figure=4.1' | python scripts/record_measured.py --how "..."     # re-measured another way
     python scripts/record_measured.py --drop old_figure                         # a figure nothing measures now
     python scripts/record_measured.py --reword figure --target "..."            # its words only, not re-measured
@@ -99,10 +100,10 @@ def parse_results(lines) -> dict[str, str]:
     return found
 
 
-def where_recorded(machine: str | None) -> str:
+def where_recorded(machine: str | None, commit: str | None = None) -> str:
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True,
-                            text=True).stdout.strip() or "no git"
+    commit = commit or subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True,
+                                      text=True).stdout.strip() or "no git"
     return f"{date} at {commit}, {machine or f'{os.cpu_count()} CPU cores'}"
 
 
@@ -150,6 +151,7 @@ def main(argv: list[str] | None = None, stdin=None) -> int:
                    help="rewrite a figure's how and/or target (--how, --target) without re-measuring it: its value "
                         "and recorded cells stay; repeatable")
     p.add_argument("--machine", help="what it ran on (default: this machine's CPU core count)")
+    p.add_argument("--commit", help="the commit that was measured, when not this checkout's HEAD (a run elsewhere)")
     p.add_argument("--check", action="store_true", help="only check the page is exactly as this script writes it")
     args = p.parse_args(argv)
     try:
@@ -179,7 +181,7 @@ def main(argv: list[str] | None = None, stdin=None) -> int:
         if not results:
             print("record_measured: no `RESULT name=value` line in the input; nothing recorded", file=sys.stderr)
             return 1
-        figures = record(figures, results, where_recorded(args.machine), args.how, args.target)
+        figures = record(figures, results, where_recorded(args.machine, args.commit), args.how, args.target)
     except (OSError, PageError) as e:
         print(f"record_measured: {e}", file=sys.stderr)
         return 1
