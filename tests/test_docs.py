@@ -1,6 +1,6 @@
 """The README stays short and the docs stay true: every link and every repo path they name exists, every docs page
-is reachable from the README, and measured figures live on docs/measured.md only, as scripts/record_measured.py
-writes it (so re-measuring never edits the README or a prose page)."""
+is reachable from the README, measured figures live on docs/measured.md only, as scripts/record_measured.py writes
+it (so re-measuring never edits the README or a prose page), and nothing in the tree speaks of how it was made."""
 
 import re
 import shutil
