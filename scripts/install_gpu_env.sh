@@ -7,7 +7,7 @@
 #   bash scripts/install_gpu_env.sh --in-image       # inside a container (e.g. lmsysorg/sglang:v0.5.12): its own
 #                                                    # python3, only the packages whose version differs change
 #   bash scripts/install_gpu_env.sh --warm-kernels   # also compile the kernels an H100 run compiles at first use
-#                                                    # (no GPU needed; tens of minutes on few cores: docs/install.md)
+#                                                    # (no GPU needed; time: docs/measured.md#gpu_kernel_compile_total_seconds)
 #
 # Installs requirements/gpu.txt and nothing else: every package pinned and hash-checked, wheels only (one
 # pure-Python sdist, antlr4-python3-runtime, is built from source). Re-running it brings the env back to the lock.
