@@ -30,7 +30,7 @@ MADE_HOW = {what: re.compile(pattern) for what, pattern in {
     "a ticket": r"\b[Tt]ickets?\b",
     "an item code": r"\([A-Z]\d{1,2}\)",
     "review language": r"\b[Aa]cceptance\b|\b[Tt]he bar\b|\bNOT met\b|\b[Ss]tretch\b",
-    "a command or path of the machine it was made on": r"/work/|\bheavy\b",
+    "a command or path of the machine it was made on": r"/work/|\bheavy --exclusive\b|`heavy`",
     "a merge": r"\bmerged as\b|\b[Aa] branch\b",
     "who made it": r"\b[Tt]he lead\b|\bour machines\b",
 }.items()}
@@ -243,7 +243,8 @@ def test_the_scan_catches_a_ticket_planted_in_a_config(repo_root, tmp_path):
     ("at 6d90a57 (a branch merged as 3a97934)", "a merge"),
     ("Data kept beside the repo on our machines", "who made it"),
     ("verl issue #1569 reports ~0.86", None),  # upstream's public tracker: fine
-    ("a heavier tool than a calculator", None),
+    ("under `heavy --exclusive`", "a command or path of the machine it was made on"),
+    ("a heavy import, a tool heavier than a calculator", None),
 ])
 def test_each_kind_of_making_of_is_caught(tmp_path, line, what):
     (tmp_path / "docs").mkdir()
