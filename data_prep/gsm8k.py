@@ -1,7 +1,7 @@
 """GSM8K -> train.parquet / test.parquet for verl's multi-turn tool agent loop.
 
     python data_prep/gsm8k.py                                  # openai/gsm8k from the hub -> ~/data/gsm8k
-    python data_prep/gsm8k.py --input_dir ../shared/data/gsm8k # GSM8K's original train/test.jsonl, offline
+    python data_prep/gsm8k.py --input_dir /path/to/gsm8k       # GSM8K's original train/test.jsonl, offline
     python data_prep/gsm8k.py --tool_set calc_gsm8k_reward     # rows for the original recipe's tool
 
 Flags follow verl's examples/data_preprocess/gsm8k*.py (--local_save_dir, its older alias --local_dir,

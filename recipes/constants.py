@@ -15,7 +15,7 @@ CONFIG_NAME = "gsm8k_multiturn_grpo"  # config/gsm8k_multiturn_grpo.yaml
 PROFILE_DIR = CONFIG_DIR / "profile"
 TOOL_CONFIG_DIR = CONFIG_DIR / "tool_config"
 AGENT_LOOP_CONFIG = CONFIG_DIR / "agent_loop.yaml"
-# Data kept beside the repo on our machines and in CI (real GSM8K for tests and benchmarks); absent elsewhere.
+# Real GSM8K kept beside the repo, where tests and benchmarks look for it first (as in CI); absent elsewhere.
 SHARED_DIR = REPO_ROOT.parent / "shared"
 SHARED_GSM8K_DIR = SHARED_DIR / "data" / "gsm8k"
 

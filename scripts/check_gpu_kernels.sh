@@ -7,7 +7,7 @@
 # that Triton's ptxas is the env's. Exit 0 when all compile; the last line is a RESULT line for
 # scripts/record_measured.py.
 #
-#   bash scripts/check_gpu_kernels.sh                       # ~10 GB disk; tens of minutes on 2 cores (docs/measured.md)
+#   bash scripts/check_gpu_kernels.sh                       # disk and time: docs/measured.md#gpu_kernel_check_seconds
 #   VENV=/big/disk/env MAX_JOBS=8 bash scripts/check_gpu_kernels.sh
 #
 # Any CUDA on the machine (/usr/local/cuda, an nvcc on PATH, CUDA_HOME, CPATH...) is kept out of it: the env must

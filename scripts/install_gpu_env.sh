@@ -7,7 +7,7 @@
 #   bash scripts/install_gpu_env.sh --in-image       # inside a container (e.g. lmsysorg/sglang:v0.5.12): its own
 #                                                    # python3, only the packages whose version differs change
 #   bash scripts/install_gpu_env.sh --warm-kernels   # also compile the kernels an H100 run compiles at first use
-#                                                    # (no GPU needed; tens of minutes on few cores: docs/install.md)
+#                                                    # (no GPU needed; time: docs/measured.md#gpu_kernel_compile_total_seconds)
 #
 # Installs requirements/gpu.txt and nothing else: every package pinned and hash-checked, wheels only (one
 # pure-Python sdist, antlr4-python3-runtime, is built from source). Re-running it brings the env back to the lock.
@@ -16,7 +16,7 @@
 # at first use: the lock carries CUDA 13.0's nvcc and headers, recipes/gpu_env/cuda_toolchain.py makes them the CUDA_HOME
 # of every process of the env, and recipes/gpu_env/sglang_patch.py fixes SGLang 0.5.12's activation kernel for them.
 # Needs: Python 3.12 with venv, glibc >= 2.34, an NVIDIA driver >= 580 (CUDA 13), libnuma.so.1, gcc/g++ 10 to 15
-# and patch (nvcc's host compiler; apt-get install g++ patch), ~10 GB of disk.
+# and patch (nvcc's host compiler; apt-get install g++ patch), disk for the env (docs/measured.md#gpu_env_gb).
 . "$(dirname "${BASH_SOURCE[0]}")/help.sh" "$@"  # -h/--help: usage, knobs; runs nothing
 set -euo pipefail
 
@@ -96,7 +96,7 @@ if [ "$IN_IMAGE" = 1 ]; then
   # --no-deps: exactly the locked versions, no resolver (sglang's own metadata would pull transformers 5.6.0)
   "$UV" pip install --python "$TARGET" --break-system-packages --no-deps "${WHEELS[@]}" -r "$LOCK"
 else
-  say "installing $(grep -c '^[A-Za-z0-9].*==' "$LOCK") pinned packages from requirements/gpu.txt (~4 GB download, ~10 GB on disk)"
+  say "installing $(grep -c '^[A-Za-z0-9].*==' "$LOCK") pinned packages from requirements/gpu.txt (download and disk: docs/measured.md#gpu_install_minutes)"
   # sync: exactly the lock, no resolver, and anything else is removed from the env
   "$UV" pip sync --python "$TARGET" "${WHEELS[@]}" "$LOCK"
 fi

@@ -41,14 +41,14 @@ SFT_STEPS=${SFT_STEPS:-$(by_task 2600 5500)}  # the warm start's budget (batch S
 SFT_SCHEDULE_STEPS=${SFT_SCHEDULE_STEPS:-$(by_task "" 8000)}  # its cosine's length (empty: SFT_STEPS); chain: longer, so
                                             # the rate stays high until the model copies the right numbers
 SFT_TOOL_ONLY_STEPS=${SFT_TOOL_ONLY_STEPS:-$(by_task 2000 4500)}  # first on tool transcripts only: the model learns to copy
-                                            # (chain: after 3500, seed 0 still got the 2nd of 3 calls wrong 2 times in 3)
+                                            # (chain: longer, until the right numbers go into every call)
 SFT_TOOL_FRACTION=${SFT_TOOL_FRACTION:-0.5} # then each step calls the tool with this
                                             # probability, else the answer comes at once: GRPO must learn it pays
 SFT_MAX_DEPTH=${SFT_MAX_DEPTH:-0}           # chain: 2 leaves the 3-step problems out of the SFT (GRPO sees them)
 SFT_BATCH=${SFT_BATCH:-16}
 SFT_LR=${SFT_LR:-3e-3}
-SFT_WEIGHT_DECAY=${SFT_WEIGHT_DECAY:-$(by_task 0 0.1)}  # AdamW's; chain: with 0.1 all 3 seeds' first inits got
-                                            # past the copy plateau (loss < 0.03) by step 3500, without it 1 of 3
+SFT_WEIGHT_DECAY=${SFT_WEIGHT_DECAY:-$(by_task 0 0.1)}  # AdamW's; chain: 0.1 gets more inits past the copy
+                                            # plateau (loss < 0.03) in time (docs/learning-notebook.md)
 SFT_CONVERGED_LOSS=${SFT_CONVERGED_LOSS:-0.03}  # the tool-only phase must end below it, or the SFT restarts ...
 SFT_ATTEMPTS=${SFT_ATTEMPTS:-3}             # ... from a new init (seed SEED+1000*attempt), this many tries in all
 GRPO_STEPS=${GRPO_STEPS:-60}                # 8 prompts x 8 rollouts each

@@ -22,7 +22,7 @@ if [ ! -x "$VENV/bin/python" ]; then
   log "creating $VENV"
   "$PYTHON" -m venv "$VENV"
 fi
-log "installing requirements/test.txt into $VENV (about 3 minutes the first time, seconds after)"
+log "installing requirements/test.txt into $VENV (time: docs/measured.md#ci_install_minutes)"
 "$VENV/bin/python" -m pip install -q --upgrade pip
 "$VENV/bin/python" -m pip install -q -r "$REPO_ROOT/requirements/test.txt"
 # the recipe's packages (recipes, tools, data_prep), editable: scripts import them from anywhere

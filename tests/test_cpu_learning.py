@@ -469,7 +469,8 @@ def test_learn_cpu_gives_the_sft_numbers_for_either_task(tmp_path, task_name):
                                               ("native", ",,")])
 def test_learn_cpu_pins_the_cpu_kernels_of_every_process(tmp_path, cpu_isa, pins):
     """The warm start's arithmetic depends on the instruction set torch's and MKL's kernels use (docs/testing.md,
-    "Reproducing a seed"): pinned by default for every process the script starts; native leaves the CPU's best."""
+    "What makes two runs of one seed differ"): pinned by default for every process the script starts; native leaves
+    the CPU's best."""
     env = {"WORK_DIR": str(tmp_path / "work")} | ({} if cpu_isa is None else {"CPU_ISA": cpu_isa})
     _learn_cpu(tmp_path, **env)
     calls = _stub_calls(tmp_path, "")

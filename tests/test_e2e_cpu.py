@@ -1,7 +1,7 @@
 """verl's real `main_ppo`, end to end on the CPU: scripts/smoke_cpu.sh (the recipe's launcher, preflight and config
 with PROFILE=cpu_smoke) trains two GRPO steps, validates, checkpoints, resumes into a third step and writes the
-reports. One run (about 5 minutes on 2 cores) in a subprocess; each test reads one kind of evidence it left:
-logs with step metrics, the rollout servers' weight checksums, dumps, checkpoints, reports.
+reports. One run (its time: docs/measured.md#smoke_cpu_minutes) in a subprocess; each test reads one kind of
+evidence it left: logs with step metrics, the rollout servers' weight checksums, dumps, checkpoints, reports.
 
 Select or skip it with `-m e2e` / `-m "not e2e"`. CPU_SMOKE_TIMEOUT (seconds) bounds the whole run;
 CPU_SMOKE_REUSE=<work dir printed by an earlier run> re-reads that run's evidence instead of running; extra hydra

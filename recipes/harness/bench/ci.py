@@ -5,7 +5,7 @@
 Each run clones HEAD into a temporary folder (committed files only, no .venv: what CI sees; ../shared linked
 beside it, as beside CI's checkout), runs .ci/run there and times it from its output: install (until pytest's
 session header), pytest, and inside pytest the end-to-end file (`tests/test_e2e_cpu.py`, from pytest's
---durations). About 10 minutes per run on 2 cores.
+--durations). Each run takes as long as CI does (docs/measured.md#ci_minutes).
 Last line: `RESULT ci_minutes=<v> ci_install_minutes=<v> ci_pytest_minutes=<v> ci_e2e_minutes=<v> tests_passed=<n>`,
 one value per run, comma-separated.
 """

@@ -1,6 +1,6 @@
 """Benchmark: full GSM8K data prep from local files, as a user runs it (a fresh process each time).
 
-    python scripts/bench_data_prep.py [--input_dir ../shared/data/gsm8k] [--runs 5]
+    python scripts/bench_data_prep.py [--input_dir /path/to/gsm8k] [--runs 5]
 
 Target: median <= 15 s on 2 CPU cores. Last line: `RESULT data_prep_seconds=<median>`.
 """

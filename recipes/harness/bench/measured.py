@@ -30,17 +30,20 @@ PAGE = REPO_ROOT / "docs" / "measured.md"
 
 HEADER = """# Measured figures
 
-Every figure the docs cite from a measurement lives on this page and only here; the other pages link to its rows
-(`measured.md#<figure>`). The page is written by `scripts/record_measured.py`, never by hand: run the command in a
+Every time, speed, memory and size figure the docs and the scripts cite lives on this page and only here: they link
+to its rows (`measured.md#<figure>`) instead of restating them. What runs scored (accuracies) is on the
+[results](results.md) page. This page is written by `scripts/record_measured.py`, never by hand: run the command in a
 row's "how" column and pipe its output into the script, which takes the `RESULT name=value` lines and rewrites those
 rows' value and "recorded" cells. Updating a figure therefore changes this page only.
 
 ```bash
-python scripts/bench_trace.py | python scripts/record_measured.py
+python scripts/bench_calculator.py | python scripts/record_measured.py
 python scripts/bench_ci.py | python scripts/record_measured.py      # CI time: .ci/run on a fresh clone
 ```
 
-A value with commas holds one figure per run; `a-b` is the range over runs recorded before the script existed.
+A value with commas holds one figure per run; `a-b` is the range over runs recorded before the script existed. A
+figure holds for the commit in its "recorded" cell (or the one its "how" names); the code may have changed since.
+A target is what the recipe is built to stay within; a run over it is recorded as measured.
 """
 TABLE_HEAD = "| figure | value | target | how it is measured | recorded |\n|---|---|---|---|---|\n"
 ROW = re.compile(r'^\| <a id="(?P<name>\w+)"></a>`(?P=name)` \| (?P<value>[^|]*?) \| (?P<target>[^|]*?) \| '
