@@ -61,8 +61,9 @@ _build_cpu_env() {  # one line: that it builds, then how long it took (its outpu
 
 use_python() {  # cpu | gpu | auto: sets and exports PYTHON
   local kind=$1 venv=$_PY_REPO_ROOT/.venv gpu_venv=$_PY_REPO_ROOT/.venv-gpu
-  if [ -n "${PYTHON:-}" ] && [ "$PYTHON" = "${_RECIPE_PYTHON_SAID:-}" ]; then
-    return 0  # chosen and said by the script that runs this one
+  if [ -n "${PYTHON:-}" ] && { [ "${_RECIPE_PYTHON_SAID:-}" = "$$ $PYTHON" ] ||
+                                [ "${_RECIPE_PYTHON_SAID:-}" = "$PPID $PYTHON" ]; }; then
+    return 0  # chosen and said by the script that execs or runs this one (not by one further up: it says again)
   elif [ -n "${PYTHON:-}" ]; then
     _py_say "python: $PYTHON (PYTHON)"
   elif [ -n "${VIRTUAL_ENV:-}" ] && [ -x "$VIRTUAL_ENV/bin/python" ]; then
@@ -93,6 +94,6 @@ use_python() {  # cpu | gpu | auto: sets and exports PYTHON
             "requirements/test.txt (CPU) or requirements/gpu.txt (GPU) into it"
     exit 1
   fi
-  _RECIPE_PYTHON_SAID=$PYTHON
+  _RECIPE_PYTHON_SAID="$$ $PYTHON"
   export PYTHON _RECIPE_PYTHON_SAID
 }

@@ -21,6 +21,8 @@ def test_the_lock_is_cpu_only_pinned_and_hashed(lock):
 
 
 def test_the_env_is_the_lock_and_the_lock_is_closed(lock):
+    import ray  # noqa: F401  (its vendored packages join sys.path, as after any test of this worker that used Ray)
+
     assert cpu_lock.closure_problems(lock) == []
 
 

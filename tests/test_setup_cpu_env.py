@@ -146,3 +146,20 @@ def test_a_broken_python_shim_is_named_before_the_working_one_is_used(repo, tmp_
     first = proc.stderr.splitlines()[0]
     assert first.startswith("[install_gpu_env] note: ") and "does not run as Python 3.12" in first, proc.stderr
     assert "error: no CPython 3.12 that runs found" in proc.stderr and "BASE_PYTHON=" in proc.stderr
+
+
+def test_a_script_another_one_runs_says_nothing_more_but_one_started_elsewhere_says_again(repo, tmp_path):
+    """smoke_1gpu.sh execs run_gsm8k_grpo.sh: one line for both. A process that merely inherited the first script's
+    environment (a test run by run_tests.sh starting a smoke) is not that script: its own line comes back."""
+    python = tmp_path / "gpu" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text(STAND_IN)
+    python.chmod(0o755)
+    proc = run(repo, "smoke_1gpu.sh", PYTHON=str(python), DATA_DIR=str(tmp_path / "data"))
+    assert proc.returncode == 0, proc.stderr
+    said = [line for line in proc.stderr.splitlines() if " python: " in line]
+    assert said == [f"[smoke_1gpu] python: {python} (PYTHON)"]
+    assert calls(repo)[-1].startswith("-m recipes.launch")
+    inherited = {"PYTHON": str(python), "_RECIPE_PYTHON_SAID": f"1 {python}"}  # said by pid 1's script, long ago
+    proc = run(repo, "run_tests.sh", **inherited)
+    assert f"[run_tests] python: {python} (PYTHON)" in proc.stderr

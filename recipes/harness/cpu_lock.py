@@ -94,13 +94,16 @@ def closure_problems(lock: Lock) -> list[str]:
     """Read from the environment this runs in, built from the lock: every installed distribution is the locked
     version, and every requirement of a locked distribution (its markers evaluated here) is met by a pin. A
     dependency the lock leaves out is one pip's hash mode refuses to install."""
+    import sysconfig
     from importlib import metadata
 
     from packaging.requirements import Requirement
     from packaging.version import Version
 
     problems = []
-    installed = {normalize(d.metadata["Name"]): d for d in metadata.distributions()}
+    # the env's own site-packages: not what else is on sys.path (ray puts its vendored colorama and psutil there)
+    site = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
+    installed = {normalize(d.metadata["Name"]): d for d in metadata.distributions(path=site)}
     for name, dist in sorted(installed.items()):
         if name in ("pip", normalize("gsm8k-tool-grpo")):
             continue
