@@ -28,10 +28,11 @@
 set -euo pipefail
 
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+. "$REPO_ROOT/scripts/python_env.sh"
 
 # ---- knobs (where two defaults are given, by_task picks: one_step's, chain's) -------------------------
 by_task() { if [ "${TASK:-one_step}" = chain ]; then echo "$2"; else echo "$1"; fi; }
-PYTHON=${PYTHON:-python3}
+PYTHON=${PYTHON:-}                          # empty: the active venv, else the project's CPU env (.venv)
 TASK=${TASK:-one_step}                      # one_step: one operation per problem | chain: 1, 2 or 3 in a row
 WORK_DIR=${WORK_DIR:-/tmp/gsm8k_cpu_learn$(by_task "" _chain)}  # task, data, models, outputs: cleared at the start
 SEED=${SEED:-0}                             # task, model init, SFT order, rollouts
@@ -61,6 +62,7 @@ CPU_ISA=${CPU_ISA:-avx2}                    # the instruction set torch's and MK
                                             # a seed gives the same warm start on any x86-64 CPU that has it (a
                                             # CPU's own best, e.g. AVX-512, rounds differently); native: the CPU's best
 # -----------------------------------------------------------------------------------------------------
+use_python cpu
 export PYTHON TASK WORK_DIR SEED TRAIN_ROWS TEST_ROWS SFT_STEPS SFT_SCHEDULE_STEPS SFT_TOOL_ONLY_STEPS \
   SFT_TOOL_FRACTION SFT_MAX_DEPTH SFT_BATCH SFT_LR SFT_WEIGHT_DECAY SFT_CONVERGED_LOSS SFT_ATTEMPTS GRPO_STEPS \
   MAX_TURNS RESPONSE_LENGTH SFT_MODEL EVAL_TEMPERATURE THREADS CPU_ISA

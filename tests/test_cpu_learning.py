@@ -393,9 +393,11 @@ def _stub_python(tmp_path):
     recipes.harness.learning`) runs on the real one; every step it starts (task, data prep, model, SFT) does nothing
     but note its arguments and the kernel pins in its environment (tmp_path/calls.txt, one line each), and the first
     evaluation (eval_gsm8k.sh's launcher, `python -m recipes.launch`) fails, so the check stops right after it has
-    set up the warm start."""
+    set up the warm start. The script's own check that the interpreter has verl (scripts/python_env.sh, `-c`) passes
+    and is not noted: it is no step of the check."""
     stub = tmp_path / "python"
     stub.write_text('#!/usr/bin/env bash\n'
+                    'if [ "$1" = -c ]; then exit 0; fi\n'
                     f'if [ "$1 $2" = "-m recipes.harness.learning" ]; then exec {sys.executable} "$@"; fi\n'
                     f'echo "$* | ISA=${{ATEN_CPU_CAPABILITY:-}},${{MKL_CBWR:-}},${{MKL_ENABLE_INSTRUCTIONS:-}}" '
                     f'>> {tmp_path / "calls.txt"}\n'

@@ -350,3 +350,14 @@ def test_a_clean_run_ends_without_a_traceback_and_without_the_lines_the_launcher
             f"{after[-4000:]}"
         for line in ("engine is not available", "Token authentication is enabled"):
             assert line not in launch.log, f"logs/{name}.log prints {line!r}"
+
+
+def test_the_smoke_ends_with_its_source_report_pass_rule_and_result_line(smoke):
+    lines = smoke.stdout.strip().splitlines()
+    assert re.fullmatch(r"RESULT strict_acc=\S+ flexible_acc=\S+ tool_calls_per_answer=\S+", lines[-1]), lines[-5:]
+    said = {line.split(":", 1)[0]: line for line in lines if line.startswith("[smoke_cpu] ")}
+    assert said["[smoke_cpu] GSM8K"].startswith("[smoke_cpu] GSM8K: ") and "report.md" in said["[smoke_cpu] report"]
+    assert f"{smoke.output}/report/report.md" in said["[smoke_cpu] report"]
+    assert said["[smoke_cpu] passed"].startswith("[smoke_cpu] passed: steps 1-2 trained, then step 3 resumed from "
+                                                 "the step-2 checkpoint. A pass is exit status 0")
+    assert "[smoke_cpu] python: " in smoke.stdout  # which interpreter, and why

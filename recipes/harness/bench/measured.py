@@ -104,7 +104,7 @@ def parse_results(lines) -> dict[str, str]:
 
 
 def where_recorded(machine: str | None, commit: str | None = None) -> str:
-    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+    date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
     commit = commit or subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True,
                                       text=True).stdout.strip() or "no git"
     return f"{date} at {commit}, {machine or f'{os.cpu_count()} CPU cores'}"
