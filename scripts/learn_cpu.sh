@@ -11,7 +11,8 @@
 #   SEED=1 WORK_DIR=/tmp/learn_s1 bash scripts/learn_cpu.sh
 #   TASK=chain bash scripts/learn_cpu.sh           # 1-3 chained calls per problem; work dir /tmp/gsm8k_cpu_learn_chain
 #   TASK=chain TRACE=on TRACE_RELAY=offline WANDB_ENTITY=<entity> bash scripts/learn_cpu.sh  # traces kept on disk
-#   SFT_STEPS=20 GRPO_STEPS=2 TEST_ROWS=16 bash scripts/learn_cpu.sh   # a quick pass through every stage
+#   SFT_STEPS=20 SFT_TOOL_ONLY_STEPS=10 SFT_CONVERGED_LOSS=9 GRPO_STEPS=2 TEST_ROWS=16 bash scripts/learn_cpu.sh
+#                                                  # a quick pass through every stage (a warm start that learned nothing)
 #   SFT_MODEL=/tmp/gsm8k_cpu_learn/model_sft bash scripts/learn_cpu.sh  # GRPO again from an earlier warm start
 #
 # The pipeline is `python -m recipes.harness.learning` (recipes/harness/learning/pipeline.py); this script holds its

@@ -11,7 +11,8 @@
 #                                                              # composed gpu_learn config and the plan; nothing trains
 #   SFT_MODEL=/tmp/gsm8k_gpu_learn/model_sft bash scripts/learn_gpu.sh   # GRPO again from an earlier warm start
 #   TASK=chain bash scripts/learn_gpu.sh                       # 1-3 chained calls (longer than ten minutes)
-#   DEVICE=cpu SFT_STEPS=20 GRPO_STEPS=2 TEST_ROWS=16 bash scripts/learn_gpu.sh   # every stage on the CPU stand-ins
+#   DEVICE=cpu SFT_STEPS=20 SFT_TOOL_ONLY_STEPS=10 SFT_CONVERGED_LOSS=9 GRPO_STEPS=2 TEST_ROWS=16 \
+#     bash scripts/learn_gpu.sh                                # every stage on the CPU stand-ins, quickly
 #   KIT_SCRIPT=scripts/learn_gpu.sh KIT_MODEL=0 bash .gpukit/run.sh .gpukit        # on an air-gapped GPU node
 #
 # The pipeline is `python -m recipes.harness.learning.gpu_pipeline` (recipes/harness/learning/gpu_pipeline.py); this
@@ -30,8 +31,8 @@ REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # ---- knobs: the task, the warm start and the scoring are the learning checks' (scripts/learn_knobs.sh) -------
 . "$REPO_ROOT/scripts/learn_knobs.sh"
 WORK_DIR=${WORK_DIR:-/tmp/gsm8k_gpu_learn$(by_task "" _chain)}  # everything the check writes: cleared at the start
-GRPO_STEPS=${GRPO_STEPS:-$(by_task 20 60)}  # 8 prompts x 8 rollouts each; one_step: the shape met the CPU check's
-                                            # bar by step 20 on CPU (+50 points), and 20 fit ten GPU-minutes
+GRPO_STEPS=${GRPO_STEPS:-$(by_task 20 60)}  # 8 prompts x 8 rollouts each; one_step: on CPU this model had gained
+                                            # +50 points by step 20, and 20 fit ten GPU-minutes
 DEVICE=${DEVICE:-gpu}                       # gpu: SGLang, the SFT on CUDA | cpu: the CPU stand-ins (hf_cpu), same stages
 DRY_RUN=${DRY_RUN:-0}                       # 1: up to the launcher's DRY_RUN (config and plan); nothing trains
 # -----------------------------------------------------------------------------------------------------

@@ -248,3 +248,21 @@ def test_the_gpu_profile_learns_with_the_cpu_checks_sizes():
     assert {k: OmegaConf.select(gpu, k) for k in learning} == {k: OmegaConf.select(cpu, k) for k in learning}
     assert (gpu.actor_rollout_ref.rollout.name, cpu.actor_rollout_ref.rollout.name) == ("sglang", "hf_cpu")
     assert (PROFILE_DIR / "gpu_learn.yaml").is_file()
+
+
+@pytest.mark.parametrize("knob, value, said", [("DEVICE", "tpu", "DEVICE must be gpu or cpu, not 'tpu'"),
+                                               ("GRPO_STEPS", "ten", "GRPO_STEPS must be a whole number of steps"),
+                                               ("DRY_RUN", "yes", "DRY_RUN must be 0 or 1, not 'yes'")])
+def test_learn_gpu_refuses_a_knob_it_cannot_use_in_one_line_and_changes_nothing(tmp_path, knob, value, said):
+    import os
+    import subprocess
+    import sys
+
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "kept.txt").write_text("last run")
+    proc = subprocess.run(["bash", str(REPO_ROOT / "scripts" / "learn_gpu.sh")], capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "PYTHON": sys.executable, "WORK_DIR": str(work), knob: value})
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 1 and last.startswith(f"[learn_gpu] error: {said}"), proc.stderr
+    assert (work / "kept.txt").exists() and [p.name for p in work.iterdir()] == ["kept.txt"]
