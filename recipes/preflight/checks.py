@@ -12,11 +12,13 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from recipes.constants import AGENT_NAME, REPO_ROOT
+from recipes.constants import AGENT_NAME, AGENT_NAME_NO_TOOLS, REPO_ROOT
 from recipes.credentials import has_wandb_credentials, wandb_host
 from recipes.preflight.jit_toolchain import check_jit_toolchain
+from recipes.preflight.prompt_lengths import check_prompt_lengths
 from recipes.preflight.report import Report
 from recipes.preflight.rollout_checks import check_lora_with_sglang, check_rollout_concurrency
+from recipes.preflight.sglang_model import check_sglang_model
 from recipes.preflight.storage import check_checkpoint_space, check_shared_outputs
 from recipes.preflight.versions import check_gpu_env
 
@@ -33,37 +35,58 @@ def _tool_names_in_yaml(path: str, report: Report) -> list[str] | None:
         return None
 
 
+def data_files(config: DictConfig) -> list[tuple[str, Path]]:
+    """(key, path) of every training and validation file the config names."""
+    out = []
+    for key in ("train_files", "val_files"):
+        files = OmegaConf.select(config, f"data.{key}")
+        out += [(key, Path(os.path.expanduser(f))) for f in ([files] if isinstance(files, str) else list(files or []))]
+    return out
+
+
 def check_data(config: DictConfig, tool_names: list[str] | None, report: Report) -> int | None:
-    """Returns the number of training rows (for sizing the run), None if unknown."""
+    """Returns the number of training rows (for sizing the run), None if unknown. Every file's rows must offer the
+    tools the tool config offers, and ask for the loop of their tool set; a validation file may instead hold
+    tools-off rows (tool set none, agent_name tool_agent_no_tools): the same model scored with tools off."""
     import pyarrow.parquet as pq
 
     train_rows = None
-    for key in ("train_files", "val_files"):
-        files = OmegaConf.select(config, f"data.{key}")
-        for file in [files] if isinstance(files, str) else list(files or []):
-            path = Path(os.path.expanduser(file))
-            if not path.is_file():
-                report.error(f"data.{key}: {path} not found; run `python data_prep/gsm8k.py --local_save_dir "
-                             f"{path.parent}` or set DATA_DIR")
-                continue
-            schema = pq.read_schema(path)
-            missing = [c for c in REQUIRED_COLUMNS if c not in schema.names]
-            if missing:
-                report.error(f"{path}: missing columns {missing}; re-run python data_prep/gsm8k.py")
-                continue
-            if key == "train_files":
-                train_rows = (train_rows or 0) + pq.read_metadata(path).num_rows
-            row = pq.read_table(path, columns=["agent_name", "extra_info"]).slice(0, 1).to_pylist()[0]
-            if row["agent_name"] != AGENT_NAME:
-                report.error(f"{path}: rows ask for agent_name {row['agent_name']!r}, "
-                             f"the recipe declares {AGENT_NAME!r}")
-            data_tools = sorted((row["extra_info"] or {}).get("tools_kwargs") or {})
-            data_set = (row["extra_info"] or {}).get("tool_set")
-            if tool_names is not None and data_tools != sorted(tool_names):
-                report.error(f"{path}: rows were prepared for tool set {data_set!r} (tools {data_tools}) but the tool "
-                             f"config offers {sorted(tool_names)}; re-run `python data_prep/gsm8k.py --tool_set "
-                             f"<set>` or set TOOL_SET={data_set}")
+    for key, path in data_files(config):
+        if not path.is_file():
+            report.error(f"data.{key}: {path} not found; run `python data_prep/gsm8k.py --local_save_dir "
+                         f"{path.parent}` or set DATA_DIR")
+            continue
+        schema = pq.read_schema(path)
+        missing = [c for c in REQUIRED_COLUMNS if c not in schema.names]
+        if missing:
+            report.error(f"{path}: missing columns {missing}; re-run python data_prep/gsm8k.py")
+            continue
+        if key == "train_files":
+            train_rows = (train_rows or 0) + pq.read_metadata(path).num_rows
+        row = pq.read_table(path, columns=["agent_name", "extra_info"]).slice(0, 1).to_pylist()[0]
+        data_tools = sorted((row["extra_info"] or {}).get("tools_kwargs") or {})
+        data_set = (row["extra_info"] or {}).get("tool_set")
+        loops = (AGENT_NAME,) if data_tools else (AGENT_NAME_NO_TOOLS, AGENT_NAME)  # the second: files made before
+        if row["agent_name"] not in loops:
+            report.error(f"{path}: rows ask for agent_name {row['agent_name']!r}, but rows of tool set {data_set!r} "
+                         f"run the recipe's {loops[0]!r}; re-run python data_prep/gsm8k.py")
+        tools_off_val = key == "val_files" and row["agent_name"] == AGENT_NAME_NO_TOOLS
+        if tool_names is not None and data_tools != sorted(tool_names) and not tools_off_val:
+            report.error(f"{path}: rows were prepared for tool set {data_set!r} (tools {data_tools}) but the tool "
+                         f"config offers {sorted(tool_names)}; re-run `python data_prep/gsm8k.py --tool_set "
+                         f"<set>` or set TOOL_SET={data_set}")
     return train_rows
+
+
+def asked_agent_loops(config: DictConfig) -> set[str]:
+    """The agent_name of the first row of each data file there is (data prep gives a file one loop)."""
+    import pyarrow.parquet as pq
+
+    names = set()
+    for _, path in data_files(config):
+        if path.is_file() and "agent_name" in pq.read_schema(path).names:
+            names |= set(pq.read_table(path, columns=["agent_name"]).slice(0, 1).column(0).to_pylist())
+    return names
 
 
 def looks_like_a_local_path(model: str) -> bool:
@@ -136,8 +159,9 @@ def check_agent_loops(config: DictConfig, report: Report) -> None:
         return
     entries = OmegaConf.load(path)
     names = [entry.name for entry in entries]
-    if AGENT_NAME not in names:
-        report.error(f"{path} does not declare {AGENT_NAME!r}, the agent_name of every row")
+    for name in sorted({AGENT_NAME} | asked_agent_loops(config)):
+        if name not in names:
+            report.error(f"{path} does not declare {name!r}, the agent_name the data's rows ask for")
     for entry in entries:
         module_name, _, cls = entry._target_.rpartition(".")
         try:
@@ -251,6 +275,8 @@ def run_all(config: DictConfig, launch: bool = False, submit: bool = False,
     check_agent_loops(config, report)
     check_modules_are_ours(report)
     check_tracing(config, report)
+    check_prompt_lengths(config, report)
+    check_sglang_model(config, report)
     check_lora_with_sglang(config, report)
     check_rollout_concurrency(config, report)
     check_shared_outputs(config, report)
