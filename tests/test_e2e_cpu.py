@@ -334,3 +334,13 @@ def test_hydra_keeps_each_launchs_config_under_the_run_not_in_the_repo(smoke):
     assert [t["total_training_steps"] for t in trainers][1] == TRAIN_STEPS[-1]  # the resume's own override
     for config in configs:
         assert (config.parent.parent / "main_ppo.log").exists()
+
+
+def test_the_progress_watchdog_follows_both_launches_and_raises_no_alarm(smoke):
+    """On by default: it read main_ppo's output (its progress lines included) and never found the run stalled."""
+    for launch, last in ((smoke.train, "the final validation"), (smoke.resume, "the final validation")):
+        assert "[stall] progress watchdog on: a report and STALL_ACTION=stop after 60 min" in launch.log
+        end = re.search(r"\[stall\] watchdog: no stall; last progress: ([^;]+); (\d+) lines", launch.log)
+        assert end and end.group(1) == last and int(end.group(2)) > 100, launch.log[-3000:]
+        assert "[stall] likely culprit" not in launch.log
+    assert not (smoke.output / "stall").exists()

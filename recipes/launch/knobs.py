@@ -19,6 +19,7 @@ from recipes.tool_sets import NO_TOOLS
 TRACE_CHOICES = ("", "on", "off")
 TRACE_RELAY_CHOICES = ("auto", "offline", "off")
 SUBMIT_CHOICES = ("", "ray")
+STALL_ACTIONS = ("stop", "report")
 
 
 class KnobError(ValueError):
@@ -48,6 +49,8 @@ class Knobs:
     dry_run_config: str = ""
     submit: str = ""
     check_only: str = "0"
+    stall_minutes: str = ""  # empty: derived from the steps so far (recipes/watchdog/clock.py); 0: no watchdog
+    stall_action: str = "stop"
 
     @classmethod
     def names(cls) -> list[str]:
@@ -90,6 +93,11 @@ class Knobs:
             raise KnobError("TRACE_RELAY=offline needs WANDB_ENTITY=<the W&B entity the traces will be uploaded to>")
         if self.submit not in SUBMIT_CHOICES:
             raise KnobError(f"SUBMIT must be ray or empty, not '{self.submit}'")
+        if self.stall_minutes and not _non_negative_number(self.stall_minutes):
+            raise KnobError(f"STALL_MINUTES must be a number of minutes (0: no watchdog; empty: derived from the "
+                            f"steps), not '{self.stall_minutes}'")
+        if self.stall_action not in STALL_ACTIONS:
+            raise KnobError(f"STALL_ACTION must be stop or report, not '{self.stall_action}'")
 
 
 def launch_overrides(knobs: Knobs, root: str | Path = REPO_ROOT) -> list[str]:
@@ -118,6 +126,14 @@ def launch_overrides(knobs: Knobs, root: str | Path = REPO_ROOT) -> list[str]:
     if knobs.trace:
         overrides.append(f"actor_rollout_ref.rollout.trace.backend={'weave' if knobs.trace == 'on' else 'null'}")
     return overrides
+
+
+def _non_negative_number(text: str) -> bool:
+    try:
+        value = float(text)
+    except ValueError:
+        return False
+    return value >= 0 and value != float("inf")
 
 
 def _stems(folder: Path) -> list[str]:
