@@ -81,8 +81,8 @@ def main() -> int:
     if on["watchdog_cpu_s"] is None or off["watchdog_cpu_s"] is not None:
         sys.exit("the watchdog's last line was not where expected (on: present, off: absent)")
     share = 100 * on["watchdog_cpu_s"] / on["wall_s"]
-    print(f"RESULT watchdog_cpu_seconds={on['watchdog_cpu_s']:.2f} watchdog_cpu_percent={share:.3f} "
-          f"launcher_cpu_seconds_on={on['cpu_s']:.1f} launcher_cpu_seconds_off={off['cpu_s']:.1f} "
+    print(f"RESULT watchdog_cpu_seconds={on['watchdog_cpu_s']:.3f} watchdog_cpu_percent={share:.4f} "
+          f"launcher_cpu_seconds_on={on['cpu_s']:.2f} launcher_cpu_seconds_off={off['cpu_s']:.2f} "
           f"launcher_peak_rss_mb_on={on['rss_mb']:.0f} launcher_peak_rss_mb_off={off['rss_mb']:.0f} "
           f"watchdog_imports_torch={int(imports_torch())}")
     return 0

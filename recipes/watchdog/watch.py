@@ -87,7 +87,7 @@ class StallWatch:
         verdict = (f"{len(self.reports)} stall report(s): {', '.join(str(r.path) for r in self.reports)}"
                    if self.reports else "no stall")
         self._say(f"watchdog: {verdict}; last progress: {self.clock.last_what}; {self.pump.lines} lines of "
-                  f"main_ppo's output read; watchdog CPU {self.cpu_s:.2f} s")
+                  f"main_ppo's output read; watchdog CPU {self.cpu_s:.3f} s")
         return STALL_EXIT if self.stopped_run else status
 
     # -- the watching thread ---------------------------------------------------------------------------------------
