@@ -12,14 +12,19 @@ URL the
   logging a link per traced call (quiet_call_links: set here, in the worker, whatever environment Ray gave it),
 - flushes weave at the end of every generate_sequences (bounded, off the event loop): Ray async actors never
   run atexit, so calls still queued when training ends would otherwise be lost.
+The manager adds the tool calls that ran past their bound (recipes/rollout/tool_timeout.py) to verl's agent-loop
+metrics: `timing_s/agent_loop/tool_timeouts/{sum,max}` in the step's metrics (verl files its agent-loop counts there
+too).
 """
 
 from __future__ import annotations
 
+import numpy as np
 import ray
 from verl.experimental.agent_loop.agent_loop import AgentLoopManager, AgentLoopWorker
 from verl.protocol import DataProto
 
+from recipes.rollout.tool_timeout import TOOL_TIMEOUTS
 from recipes.tracing.flush import TraceFlusher
 from recipes.tracing.guard import guard_trace_init
 from recipes.tracing.relay_client import use_trace_relay
@@ -40,3 +45,11 @@ class TracedAgentLoopWorker(AgentLoopWorker):
 
 class TracedAgentLoopManager(AgentLoopManager):
     agent_loop_workers_class = ray.remote(TracedAgentLoopWorker)
+
+    def _performance_metrics(self, metrics, output: DataProto) -> dict[str, float]:
+        timing = super()._performance_metrics(metrics, output)
+        timeouts = output.non_tensor_batch.get(TOOL_TIMEOUTS)
+        if timeouts is not None and len(timeouts):
+            timing[f"agent_loop/{TOOL_TIMEOUTS}/sum"] = float(np.sum(timeouts))
+            timing[f"agent_loop/{TOOL_TIMEOUTS}/max"] = float(np.max(timeouts))
+        return timing
