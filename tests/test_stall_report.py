@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from recipes.watchdog.culprit import suspects, trainer_phase
+from recipes.watchdog.culprit import Suspect, phase_of, suspects, trainer_phase
 from recipes.watchdog.report import write_report
 from recipes.watchdog.sample import py_spy, sample_node
 
@@ -112,3 +112,25 @@ def test_the_phase_is_the_trainers_method_and_a_validation_holds_its_rollout():
     validate = ["RayPPOTrainer._validate", *_trainer_line("generate_sequences(", "def _validate")]
     assert trainer_phase([_thread(_SELECT, _AWAIT, validate, fit)]) == "validation"
     assert trainer_phase([_thread(_SELECT)]) == "start-up (no trainer loop yet)"
+
+
+def test_the_rollout_part_is_named_from_the_functions_on_the_culprits_stack():
+    """A blocking reward runs in the recipe's scoring (its call sits in a closure handed to an executor), a blocking
+    tool in verl's tool call: their names are read from the functions themselves, so a rename fails here."""
+    import inspect
+
+    from verl.experimental.agent_loop.tool_agent_loop import ToolAgentLoop
+
+    from recipes.rollout import score
+
+    nodes = [_thread(_SELECT, _AWAIT, ["RayPPOTrainer.fit", *_trainer_line("generate_sequences(")])]
+    reward = Suspect(rank=2, node="n", pid=2, command="c", why="w", stack=[
+        ["compute_score", "/t/my_reward.py", 3],
+        [f"{score.score_trajectory.__qualname__}.<locals>.<lambda>", score.__file__, 67]])
+    assert phase_of(nodes, reward) == "rollout (the reward, scored in the agent loop)"
+    tool = Suspect(rank=2, node="n", pid=2, command="c", why="w", stack=[
+        ["SlowTool.execute", "/t/my_tool.py", 5],
+        [ToolAgentLoop._call_tool.__qualname__, inspect.getfile(ToolAgentLoop), 1]])
+    assert phase_of(nodes, tool) == "rollout (a tool call)"
+    assert phase_of(nodes, Suspect(rank=2, node="n", pid=2, command="c", why="w",
+                                   stack=[["handler", "/t/other.py", 1]])) == "rollout"

@@ -49,8 +49,7 @@ _PHASES = (("update_weights", "weight sync"), ("_update_actor", "update"), ("_up
            ("sleep_replicas", "rollout"), ("wake_up_replicas", "rollout"))
 _TRAINER_FILE = "verl/trainer/ppo/ray_trainer.py"
 # a function or a module on the culprit's stack -> the part of the rollout it is in
-_ROLLOUT_PARTS = (("trajectory_score", "the reward, scored in the agent loop"),
-                  ("score_trajectory", "the reward, scored in the agent loop"), ("_call_tool", "a tool call"))
+_ROLLOUT_PARTS = (("score_trajectory", "the reward, scored in the agent loop"), ("_call_tool", "a tool call"))
 
 
 @dataclass
@@ -222,8 +221,8 @@ def phase_of(nodes: list[dict], culprit: Suspect | None) -> str:
     """The trainer's phase, with the part of the rollout the culprit is in when that says more."""
     phase = trainer_phase(nodes)
     if culprit is not None and phase in ("rollout", "validation"):
-        names = {frame[0].rsplit(".", 1)[-1] for frame in culprit.stack} | \
-            {frame[1].rsplit("/", 1)[-1].removesuffix(".py") for frame in culprit.stack}
+        # a function's own name and, for a closure (`score_trajectory.<locals>.<lambda>`), the one it is made in
+        names = {part for frame in culprit.stack for part in (_name(frame), frame[0].split(".<locals>", 1)[0])}
         part = next((what for name, what in _ROLLOUT_PARTS if name in names), None)
         if part:
             return f"{phase} ({part})"
