@@ -69,6 +69,21 @@ def test_the_limit_is_the_users_as_given_or_four_times_the_slowest_step_and_long
     assert given.overdue() and given.idle_s() == 31
 
 
+def test_a_step_seen_again_is_not_progress():
+    """tqdm redraws its bar when it closes, after the final validation's line or before it: the run's last progress
+    stays what really came last, and a run that only repeats its last step is still idle."""
+    ticks = Ticks()
+    clock = StallClock(60.0, now=ticks)
+    clock.progress("step 2", 2)
+    ticks.t = 10.0
+    clock.progress("the final validation")
+    ticks.t = 20.0
+    for line in ("(TaskRunner pid=1) Training Progress: 100%|##########| 2/2 [00:40<00:00]", "step:2 - x:1"):
+        progress = progress_in(line)
+        clock.progress(progress.what, progress.step)
+    assert (clock.last_what, clock.idle_s()) == ("the final validation", 10.0)
+
+
 @pytest.mark.parametrize("value, ok", [("", True), ("0", True), ("0.05", True), ("20", True), ("-1", False),
                                        ("ten", False), ("nan", False), ("inf", False)])
 def test_stall_minutes_must_be_a_number_and_stall_action_stop_or_report(prepared_data_dir, value, ok):

@@ -44,10 +44,14 @@ class StallClock:
         return self._last_step_at is not None
 
     def progress(self, what: str, step: int | None = None) -> None:
-        """Progress seen: `what` happened; `step`: a training step with this number is done."""
+        """Progress seen: `what` happened; `step`: a training step with this number is done. A step already counted
+        is no news: verl prints each step twice (its console line, tqdm's bar) and tqdm draws the bar again when it
+        closes, which Ray may forward after the final validation's line (stdout and stderr travel apart)."""
         now = self.now()
+        if step is not None and self.last_step is not None and step <= self.last_step:
+            return
         self.last_progress, self.last_what = now, what
-        if step is None or (self.last_step is not None and step <= self.last_step):
+        if step is None:
             return
         if self._last_step_at is not None:
             self.slowest_step_s = max(self.slowest_step_s, now - self._last_step_at)
