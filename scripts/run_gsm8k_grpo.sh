@@ -26,6 +26,9 @@ MODEL_PATH=${MODEL_PATH:-}                       # empty: the profile's model
 N_GPUS_PER_NODE=${N_GPUS_PER_NODE:-}             # empty: the profile's
 NNODES=${NNODES:-}                               # empty: the profile's
 TRACE=${TRACE:-}                                 # on | off; empty: the profile's (on, except smoke tests)
+TRACE_GB_PER_DAY=${TRACE_GB_PER_DAY:-}           # e.g. 0.5: trace the whole GRPO groups a step that fit this many
+                                                 # GB of traces a day (at least one; docs/tracing.md); empty: the
+                                                 # config's rate (1 prompt per agent-loop worker)
 LOGGER=${LOGGER:-}                               # e.g. console or console,wandb; empty: the profile's
 EXPERIMENT_NAME=${EXPERIMENT_NAME:-}             # empty: gsm8k_<TOOL_SET>_<PROFILE>
 OUTPUT_DIR=${OUTPUT_DIR:-}                       # checkpoints, dumps; multi-node: shared storage; empty:
@@ -44,6 +47,6 @@ SUBMIT=${SUBMIT:-}                               # ray: submit as a Ray job to R
 CHECK_ONLY=${CHECK_ONLY:-0}                      # 1: the launch preflight, a line per GPU-node check; start nothing
 # -----------------------------------------------------------------------------------------------------
 
-export PROFILE DATA_DIR TOOL_SET MODEL_PATH N_GPUS_PER_NODE NNODES TRACE LOGGER EXPERIMENT_NAME OUTPUT_DIR \
-  PUBLISH_EVALS TRACE_RELAY TRACE_SPOOL PYTHON DRY_RUN DRY_RUN_CONFIG SUBMIT CHECK_ONLY
+export PROFILE DATA_DIR TOOL_SET MODEL_PATH N_GPUS_PER_NODE NNODES TRACE TRACE_GB_PER_DAY LOGGER EXPERIMENT_NAME \
+  OUTPUT_DIR PUBLISH_EVALS TRACE_RELAY TRACE_SPOOL PYTHON DRY_RUN DRY_RUN_CONFIG SUBMIT CHECK_ONLY
 PYTHONPATH="$REPO_ROOT${PYTHONPATH:+:$PYTHONPATH}" exec "$PYTHON" -m recipes.launch "$@"

@@ -128,7 +128,8 @@ def test_the_dry_run_plan_says_what_the_launch_would_do(default_dry_run, prepare
     assert planned.row("tools") == f"calculator ({tool_file}), at most 5 assistant turns"
     assert planned.row("hardware").startswith("1 node(s) x 8 GPU(s); rollout sglang, TP 1: 8 engine(s)")
     assert planned.row("batch").startswith("256 prompts x 16 samples = 4096 trajectories per step")
-    assert planned.row("tracing").startswith("weave, 1 prompt(s) per agent-loop worker per step")
+    assert planned.row("tracing").startswith(  # its volume: tests/test_trace_volume.py
+        "weave, 16 GRPO group(s) a step (1 prompt(s) on each of the 16 agent-loop workers, all 16 rollouts")
     assert planned.row("outputs").startswith(f"{REPO_ROOT}/outputs/gsm8k_calculator_8xh100 (checkpoints/")
     # why verl's deprecated trainer: said once, where verl's own warning would otherwise puzzle
     assert planned.row("trainer").startswith("legacy (trainer.use_v1=false), on purpose: verl 0.9.1's V1 trainer")

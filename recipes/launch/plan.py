@@ -81,8 +81,9 @@ def _tracing(config: DictConfig) -> str:
     where = f"W&B project {_get(config, 'trainer.project_name')}, logger {logger}"
     if _get(config, "actor_rollout_ref.rollout.trace.backend") != "weave":
         return f"off; {where}"
-    samples = _get(config, "actor_rollout_ref.rollout.trace.max_samples_per_step_per_worker")
-    return f"weave, {samples} prompt(s) per agent-loop worker per step (all their samples); {where}"
+    from recipes.tracing.volume import TraceShape, describe
+
+    return f"{describe(TraceShape.of(config))}; {where}"
 
 
 def _outputs(config: DictConfig) -> str:
