@@ -1,8 +1,9 @@
 """GSM8K -> train.parquet / test.parquet for verl's multi-turn tool agent loop.
 
     python data_prep/gsm8k.py                                  # openai/gsm8k from the hub -> ~/data/gsm8k
-    python data_prep/gsm8k.py --input_dir ../shared/data/gsm8k # GSM8K's original train/test.jsonl, offline
+    python data_prep/gsm8k.py --input_dir DIR                  # GSM8K's original train/test.jsonl, offline
     python data_prep/gsm8k.py --tool_set calc_gsm8k_reward     # rows for the original recipe's tool
+    python data_prep/gsm8k.py --fallback_sample --train_size 6 # the hub, else the bundled sample (the smokes)
 
 Flags follow verl's examples/data_preprocess/gsm8k*.py (--local_save_dir, its older alias --local_dir,
 --hdfs_dir, --local_dataset_path). Every split is read and checked before anything is written, and each
@@ -18,8 +19,16 @@ from pathlib import Path
 
 from data_prep.gsm8k_rows import InvalidRecord, build_row
 from data_prep.parquet_io import rows_to_table, write_parquet_atomic
-from data_prep.sources import SourceError, find_split_file, read_hub_split, read_split_file
-from recipes.constants import SPLITS
+from data_prep.sources import (
+    SAMPLE_DIR,
+    SAMPLE_NAME,
+    SourceError,
+    find_split_file,
+    hub_unreachable,
+    read_hub_split,
+    read_split_file,
+)
+from recipes.constants import HUB_DATASET, SPLITS
 from recipes.tool_sets import DEFAULT_TOOL_SET, TOOL_SETS, ToolSet, get_tool_set
 
 DEFAULT_SAVE_DIR = "~/data/gsm8k"
@@ -42,6 +51,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--train_size", type=int, default=None, help="keep the first N train rows")
     p.add_argument("--test_size", type=int, default=None, help="keep the first N test rows")
     p.add_argument("--skip_invalid", action="store_true", help="skip bad rows (and report them) instead of failing")
+    p.add_argument("--fallback_sample", action="store_true",
+                   help=f"with neither --input_dir nor --local_dataset_path: if the hub cannot be reached, read "
+                        f"{SAMPLE_NAME}, and say so (enough rows for a smoke test, not for training)")
     args = p.parse_args(argv)
     if args.input_dir and args.local_dataset_path:
         p.error("--input_dir and --local_dataset_path are two different sources; pass one")
@@ -71,21 +83,40 @@ def collect_split(records, split: str, tool_set: ToolSet, size: int | None, skip
     return rows
 
 
-def prepare(args: argparse.Namespace) -> dict[str, Path]:
-    tool_set = get_tool_set(args.tool_set)
-    out_dir = Path(args.local_dir or args.local_save_dir).expanduser()
+def read_tables(args: argparse.Namespace, tool_set: ToolSet, input_dir: str | None) -> dict:
+    """Every split from one source (input_dir, else the hub or args.local_dataset_path), checked, as tables."""
     sizes = {"train": args.train_size, "test": args.test_size}
     tables = {}
     for split in SPLITS:
         start = time.perf_counter()
-        if args.input_dir:
-            path = find_split_file(Path(args.input_dir).expanduser(), split)
+        if input_dir:
+            path = find_split_file(Path(input_dir).expanduser(), split)
             records, origin = read_split_file(path), str(path)
         else:
             records, origin = read_hub_split(split, args.local_dataset_path), args.local_dataset_path or "the hub"
         rows = collect_split(records, split, tool_set, sizes[split], args.skip_invalid)
         tables[split] = rows_to_table(rows)
         log(f"{split}: {len(rows)} rows from {origin} ({time.perf_counter() - start:.1f} s)")
+    return tables
+
+
+def prepare(args: argparse.Namespace) -> dict[str, Path]:
+    tool_set = get_tool_set(args.tool_set)
+    out_dir = Path(args.local_dir or args.local_save_dir).expanduser()
+    input_dir, source = args.input_dir, args.input_dir or args.local_dataset_path or f"the hub ({HUB_DATASET})"
+    fallback = args.fallback_sample and not (args.input_dir or args.local_dataset_path)
+    unreachable = hub_unreachable() if fallback else None
+    if unreachable:
+        log(f"the hub cannot be reached ({unreachable}): using {SAMPLE_NAME}")
+        input_dir, source = str(SAMPLE_DIR), SAMPLE_NAME
+    try:
+        tables = read_tables(args, tool_set, input_dir)
+    except SourceError as err:
+        if not fallback or input_dir:
+            raise
+        log(f"the hub did not serve GSM8K ({str(err).split('. Without', 1)[0]}): using {SAMPLE_NAME}")
+        input_dir, source = str(SAMPLE_DIR), SAMPLE_NAME
+        tables = read_tables(args, tool_set, input_dir)
 
     written = {}
     for split, table in tables.items():  # only now, with every split valid, touch the output folder
@@ -100,6 +131,7 @@ def prepare(args: argparse.Namespace) -> dict[str, Path]:
         makedirs(args.hdfs_dir)
         copy(src=str(out_dir), dst=args.hdfs_dir)
         log(f"copied {out_dir} to {args.hdfs_dir}")
+    log(f"source: {source}")
     return written
 
 

@@ -5,7 +5,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from recipes.constants import ABILITY, AGENT_NAME, ANSWER_MARKER, DATA_SOURCE, INSTRUCTION
+from recipes.constants import (
+    ABILITY,
+    AGENT_NAME,
+    AGENT_NAME_NO_TOOLS,
+    ANSWER_MARKER,
+    DATA_SOURCE,
+    DATA_SOURCE_NO_TOOLS,
+    INSTRUCTION,
+)
 from recipes.tool_sets import ToolSet
 
 # A GSM8K final answer: optional minus, digits with optional thousands separators, optional decimals.
@@ -56,7 +64,7 @@ def build_row(record: SourceRecord, split: str, tool_set: ToolSet) -> dict:
     if tool_set.tools:  # parquet cannot store an empty struct: rows without tools carry no tools_kwargs
         extra_info["tools_kwargs"] = tool_set.tools_kwargs(ground_truth, record.index)
     return {
-        "data_source": DATA_SOURCE,
+        "data_source": DATA_SOURCE if tool_set.tools else DATA_SOURCE_NO_TOOLS,
         "prompt": [
             {"role": "system", "content": tool_set.system_prompt},
             {"role": "user", "content": f"{question} {INSTRUCTION}"},
@@ -64,5 +72,5 @@ def build_row(record: SourceRecord, split: str, tool_set: ToolSet) -> dict:
         "ability": ABILITY,
         "reward_model": {"style": "rule", "ground_truth": ground_truth},
         "extra_info": extra_info,
-        "agent_name": AGENT_NAME,
+        "agent_name": AGENT_NAME if tool_set.tools else AGENT_NAME_NO_TOOLS,
     }

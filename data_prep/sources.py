@@ -1,13 +1,21 @@
-"""Where GSM8K records come from: the original files (JSONL or parquet) or the Hugging Face hub."""
+"""Where GSM8K records come from: the original files (JSONL or parquet), the Hugging Face hub, or the small sample
+of GSM8K's own rows that ships with the data prep."""
 
 from __future__ import annotations
 
 import json
+import os
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
 from data_prep.gsm8k_rows import InvalidRecord, SourceRecord
 from recipes.constants import HUB_CONFIG, HUB_DATASET
+
+# The first 32 train / 16 test rows of GSM8K's files, with GSM8K's MIT licence (its README says what they are for).
+SAMPLE_DIR = Path(__file__).resolve().parent / "gsm8k_sample"
+SAMPLE_NAME = "the bundled GSM8K sample (data_prep/gsm8k_sample: real openai/gsm8k rows, MIT licence)"
+HUB_HOST = "huggingface.co"
 
 
 class SourceError(RuntimeError):
@@ -83,3 +91,15 @@ def read_hub_split(split: str, local_dataset_path: str | None) -> Iterator[Sourc
         ) from None
     for i, obj in enumerate(dataset):
         yield _record(obj, f"{source}[{split}] row {i}", i)
+
+
+def hub_unreachable(timeout: float = 5.0) -> str | None:
+    """Why the hub cannot be reached now, or None. Offline mode is left to `datasets` (a cached copy may serve);
+    otherwise one connection attempt, instead of the hub client's retries (tens of seconds) when there is no route."""
+    if any(os.environ.get(name, "0") not in ("", "0") for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")):
+        return None
+    try:
+        socket.create_connection((HUB_HOST, 443), timeout=timeout).close()
+    except OSError as err:
+        return f"{HUB_HOST}: {err.strerror or err}"
+    return None

@@ -64,4 +64,8 @@ BAD_TOOL_CALLS = "num_bad_tool_calls"  # malformed calls, or calls of a tool not
 TOOL_BONUS = "tool_bonus"  # reward_kwargs.tool_call_bonus when paid, else 0
 REF_OPS = "ref_ops"  # the operations the row's reference solution works through (its `<<...>>` steps)
 PRED = "pred"  # the answer read from the model's turns ("" for none)
-REWARD_KEYS = (SCORE, ACC, ACC_STRICT, ACC_FLEXIBLE, FORMAT_OK, TOOL_CALLS, BAD_TOOL_CALLS, TOOL_BONUS, REF_OPS, PRED)
+CALLED_TOOL = "called_tool"  # 1.0 when TOOL_CALLS > 0: verl's mean of it per data_source is the tool-call rate
+TURNS = "turns"  # the trajectory's num_turns, per data_source (verl's own mean mixes all validation files)
+TOOL_SET = "tool_set"  # the row's tool set (extra_info.tool_set): splits one validation dump into tools on and off
+REWARD_KEYS = (SCORE, ACC, ACC_STRICT, ACC_FLEXIBLE, FORMAT_OK, TOOL_CALLS, BAD_TOOL_CALLS, TOOL_BONUS, REF_OPS, PRED,
+               CALLED_TOOL, TURNS, TOOL_SET)

@@ -15,7 +15,7 @@ CONFIG_NAME = "gsm8k_multiturn_grpo"  # config/gsm8k_multiturn_grpo.yaml
 PROFILE_DIR = CONFIG_DIR / "profile"
 TOOL_CONFIG_DIR = CONFIG_DIR / "tool_config"
 AGENT_LOOP_CONFIG = CONFIG_DIR / "agent_loop.yaml"
-# Data kept beside the repo on our machines and in CI (real GSM8K for tests and benchmarks); absent elsewhere.
+# Real GSM8K kept beside the repo, where tests and benchmarks look for it first (as in CI); absent elsewhere.
 SHARED_DIR = REPO_ROOT.parent / "shared"
 SHARED_GSM8K_DIR = SHARED_DIR / "data" / "gsm8k"
 
@@ -34,6 +34,11 @@ ABILITY = "math"
 # config/agent_loop.yaml re-declares the same name for the recipe's subclass, so the parquet works with
 # plain verl and with the recipe alike.
 AGENT_NAME = "tool_agent"
+# Rows of a tool set without tools (`--tool_set none`): the recipe's loop offering no tools whatever the run's tool
+# config offers (config/agent_loop.yaml), and a data_source of their own, under which verl reports their validation
+# metrics apart (val-core/<data_source>/...): one launch can score the same model with tools on and with tools off.
+AGENT_NAME_NO_TOOLS = "tool_agent_no_tools"
+DATA_SOURCE_NO_TOOLS = "openai/gsm8k_no_tools"
 
 # Tool names as the model sees them (the function names in config/tool_config/*.yaml).
 CALC_GSM8K_REWARD = "calc_gsm8k_reward"

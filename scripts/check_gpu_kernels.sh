@@ -3,11 +3,11 @@
 # needed: builds the env from requirements/gpu.txt with the README's installer (CHECK_DRIVER=0), then, with only
 # that env's toolchain, compiles into fresh caches every nvcc module of the census (recipes/gpu_env/kernel_census.py:
 # SGLang's activation, RoPE, KV-cache store, clamp_position and resolve_future_token_ids kernels, FlashInfer's
-# fa2/fa3 attention and cascade modules, for Qwen2.5's head dims), one line per module with its time, and checks
+# fa2/fa3 attention, cascade and CUDA norm modules, for Qwen2.5's head dims), one line per module with its time, and checks
 # that Triton's ptxas is the env's. Exit 0 when all compile; the last line is a RESULT line for
 # scripts/record_measured.py.
 #
-#   bash scripts/check_gpu_kernels.sh                       # ~10 GB disk; tens of minutes on 2 cores (docs/measured.md)
+#   bash scripts/check_gpu_kernels.sh                       # disk and time: docs/measured.md#gpu_kernel_check_seconds
 #   VENV=/big/disk/env MAX_JOBS=8 bash scripts/check_gpu_kernels.sh
 #
 # Any CUDA on the machine (/usr/local/cuda, an nvcc on PATH, CUDA_HOME, CPATH...) is kept out of it: the env must
@@ -17,7 +17,7 @@ set -euo pipefail
 
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 VENV=${VENV:-/tmp/gsm8k-gpu-check/env}               # the env to build (reused: the installer syncs it to the lock)
-PYTHON=${PYTHON:-python3.12}
+BASE_PYTHON=${BASE_PYTHON:-}                           # the env's interpreter; empty: the first CPython 3.12 that runs
 MAX_JOBS=${MAX_JOBS:-$(nproc)}                         # parallel compiles (ninja)
 HEAD_DIMS=${HEAD_DIMS:-64 128}                         # Qwen2.5-0.5B: 64; 1.5B, 3B, 7B: 128
 CACHES=${CACHES:-$VENV.jit-cache}                     # where the kernels are compiled (not ~/.cache)
@@ -26,7 +26,11 @@ FRESH=${FRESH:-1}                                      # 1: empty CACHES first, 
 die() { echo "[check_gpu_kernels] FAIL: $*" >&2; exit 1; }
 say() { echo "[check_gpu_kernels $(date -u +%H:%M:%S)] $*"; }
 
-PYTHON_PATH=$(command -v "$PYTHON") || die "$PYTHON not found (set PYTHON=/path/to/python3.12)"
+. "$REPO_ROOT/scripts/python_env.sh"
+if [ -z "$BASE_PYTHON" ]; then
+  BASE_PYTHON=$(find_base_python 3.12) || die "no CPython 3.12 that runs found (set BASE_PYTHON=/path/to/python3.12)"
+fi
+PYTHON_PATH=$(command -v "$BASE_PYTHON") || die "$BASE_PYTHON not found (set BASE_PYTHON=/path/to/python3.12)"
 # Only the system's basic tools (gcc, patch) and the env's own bin: no other CUDA on any search path.
 unset CUDA_HOME CUDA_PATH CPATH C_INCLUDE_PATH CPLUS_INCLUDE_PATH LIBRARY_PATH LD_LIBRARY_PATH NVCC_PREPEND_FLAGS \
       NVCC_APPEND_FLAGS FLASHINFER_NVCC TVM_FFI_CUDA_ARCH_LIST
@@ -36,7 +40,7 @@ export MAX_JOBS
 
 T0=$SECONDS
 say "installing $VENV from requirements/gpu.txt with scripts/install_gpu_env.sh (CHECK_DRIVER=0)"
-CHECK_DRIVER=0 VENV=$VENV PYTHON=$PYTHON_PATH bash "$REPO_ROOT/scripts/install_gpu_env.sh"
+CHECK_DRIVER=0 VENV=$VENV BASE_PYTHON=$PYTHON_PATH bash "$REPO_ROOT/scripts/install_gpu_env.sh"
 INSTALL_S=$((SECONDS - T0))
 say "install: ${INSTALL_S} s; env on disk: $(du -sh "$VENV" | cut -f1)"
 

@@ -15,6 +15,7 @@ HELP_KNOBS_OF=run_gsm8k_grpo.sh . "$(dirname "${BASH_SOURCE[0]}")/help.sh" "$@" 
 set -euo pipefail
 
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+. "$REPO_ROOT/scripts/python_env.sh"
 # ---- knobs (evaluation's own) ------------------------------------------------------------------------
 DEVICE=${DEVICE:-gpu}                  # gpu | cpu: verl on recipes/cpu_backend's CPU stand-ins (small models only)
 VAL_N=${VAL_N:-1}                      # samples per question; >1 gives pass@k (needs VAL_TEMPERATURE > 0)
@@ -27,12 +28,14 @@ OVERWRITE=${OVERWRITE:-0}              # 1: replace an earlier evaluation in OUT
 export LOGGER=${LOGGER:-console}       # no W&B needed to evaluate
 export TRACE=${TRACE:-off}
 PUBLISH=${PUBLISH:-auto}               # Weave Evaluation of the result: auto (= when LOGGER has wandb) | 1 | 0
-PYTHON=${PYTHON:-python3}
+PYTHON=${PYTHON:-}                     # empty: the active venv, else the project's env (DEVICE=cpu: .venv;
+                                       # gpu: .venv-gpu, else .venv)
 # -----------------------------------------------------------------------------------------------------
 EVAL_OVERRIDES=()
 case "$DEVICE" in
-  gpu) ;;
+  gpu) use_python auto ;;
   cpu)  # the CPU platform, engine and Hugging Face rollout server; a CPU profile (cpu_smoke or cpu_learn) sizes them
+    use_python cpu
     export PROFILE=${PROFILE:-cpu_smoke}
     source "$REPO_ROOT/scripts/cpu_env.sh"
     # the CPU rollout server writes some first turns itself when steering (the smoke's trainer needs it): never

@@ -2,12 +2,12 @@
 # One command on a fresh x86_64 Linux GPU node: the pinned training environment (verl 0.9.1, SGLang 0.5.12,
 # CUDA 13 torch 2.11.0, transformers 5.9.0, weave, wandb) in a virtual environment, exactly as locked.
 #
-#   bash scripts/install_gpu_env.sh                  # -> .venv-gpu in the repo; then `. .venv-gpu/bin/activate`
-#   VENV=/shared/envs/gsm8k PYTHON=/usr/bin/python3.12 bash scripts/install_gpu_env.sh
+#   bash scripts/install_gpu_env.sh                  # -> .venv-gpu in the repo, which the GPU scripts then use
+#   VENV=/shared/envs/gsm8k BASE_PYTHON=/usr/bin/python3.12 bash scripts/install_gpu_env.sh
 #   bash scripts/install_gpu_env.sh --in-image       # inside a container (e.g. lmsysorg/sglang:v0.5.12): its own
 #                                                    # python3, only the packages whose version differs change
 #   bash scripts/install_gpu_env.sh --warm-kernels   # also compile the kernels an H100 run compiles at first use
-#                                                    # (no GPU needed; tens of minutes on few cores: docs/install.md)
+#                                                    # (no GPU needed; time: docs/measured.md#gpu_kernel_compile_total_seconds)
 #
 # Installs requirements/gpu.txt and nothing else: every package pinned and hash-checked, wheels only (one
 # pure-Python sdist, antlr4-python3-runtime, is built from source). Re-running it brings the env back to the lock.
@@ -16,7 +16,7 @@
 # at first use: the lock carries CUDA 13.0's nvcc and headers, recipes/gpu_env/cuda_toolchain.py makes them the CUDA_HOME
 # of every process of the env, and recipes/gpu_env/sglang_patch.py fixes SGLang 0.5.12's activation kernel for them.
 # Needs: Python 3.12 with venv, glibc >= 2.34, an NVIDIA driver >= 580 (CUDA 13), libnuma.so.1, gcc/g++ 10 to 15
-# and patch (nvcc's host compiler; apt-get install g++ patch), ~10 GB of disk.
+# and patch (nvcc's host compiler; apt-get install g++ patch), disk for the env (docs/measured.md#gpu_env_gb).
 . "$(dirname "${BASH_SOURCE[0]}")/help.sh" "$@"  # -h/--help: usage, knobs; runs nothing
 set -euo pipefail
 
@@ -30,8 +30,10 @@ for arg in "$@"; do
     *) echo "usage: bash scripts/install_gpu_env.sh [--in-image] [--warm-kernels] (--help: what each does)" >&2; exit 2 ;;
   esac
 done
+. "$REPO_ROOT/scripts/python_env.sh"
 VENV=${VENV:-$REPO_ROOT/.venv-gpu}
-if [ "$IN_IMAGE" = 1 ]; then PYTHON=${PYTHON:-python3}; else PYTHON=${PYTHON:-python3.12}; fi
+BASE_PYTHON=${BASE_PYTHON:-}                        # the interpreter the env is made from; empty: the first CPython
+                                                    # 3.12 that runs (python3, python3.12, pyenv's); --in-image: python3
 LOCK=$REPO_ROOT/requirements/gpu.txt
 UV_VERSION=0.13.9                                   # the uv that wrote the lock (see requirements/gpu.in)
 if [ "$IN_IMAGE" = 1 ]; then UV_DEFAULT=/tmp/uv-$UV_VERSION; else UV_DEFAULT=$VENV/.uv-$UV_VERSION; fi
@@ -45,11 +47,19 @@ say() { echo "[install_gpu_env] $*"; }
 
 # ---- the node ---------------------------------------------------------------------------------------
 [ "$(uname -m)" = x86_64 ] || die "the lock is for x86_64 Linux; this is $(uname -sm)"
+if [ -z "$BASE_PYTHON" ] && [ "$IN_IMAGE" = 1 ]; then BASE_PYTHON=python3; fi
+if [ -z "$BASE_PYTHON" ]; then  # a broken python3.12 (a pyenv shim) is named in a note, before anything it prints
+  BASE_PYTHON=$(find_base_python 3.12) \
+    || die "no CPython 3.12 that runs found (SGLang 0.5.12 ships cp312 wheels only): install it (apt-get install" \
+           "python3.12-venv; or pyenv install 3.12), or set BASE_PYTHON=/path/to/python3.12"
+fi
+PYTHON=$BASE_PYTHON
 command -v "$PYTHON" >/dev/null \
-  || die "$PYTHON not found; SGLang 0.5.12 ships for CPython 3.12 only: install it, or set PYTHON=/path/to/python3.12"
-"$PYTHON" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' \
-  || die "$("$PYTHON" --version 2>&1) found; the lock is for CPython 3.12 (SGLang 0.5.12 ships cp312 wheels only);" \
-         "set PYTHON=python3.12"
+  || die "$PYTHON not found; SGLang 0.5.12 ships for CPython 3.12 only: install it, or set BASE_PYTHON=/path/to/python3.12"
+"$PYTHON" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null \
+  || die "$PYTHON does not run as CPython 3.12, which the lock is for (SGLang 0.5.12 ships cp312 wheels only);" \
+         "set BASE_PYTHON=/path/to/python3.12. It says: $("$PYTHON" --version 2>&1 | head -n 1)"
+say "base python: $PYTHON ($("$PYTHON" --version 2>&1))"
 GLIBC=$("$PYTHON" -c 'import platform; print(platform.libc_ver()[1] or "0.0")')
 IFS=. read -r GLIBC_MAJOR GLIBC_MINOR _ <<<"$GLIBC.0"
 [ "$GLIBC_MAJOR" -gt 2 ] 2>/dev/null || { [ "$GLIBC_MAJOR" -eq 2 ] && [ "$GLIBC_MINOR" -ge 34 ]; } 2>/dev/null \
@@ -96,7 +106,7 @@ if [ "$IN_IMAGE" = 1 ]; then
   # --no-deps: exactly the locked versions, no resolver (sglang's own metadata would pull transformers 5.6.0)
   "$UV" pip install --python "$TARGET" --break-system-packages --no-deps "${WHEELS[@]}" -r "$LOCK"
 else
-  say "installing $(grep -c '^[A-Za-z0-9].*==' "$LOCK") pinned packages from requirements/gpu.txt (~4 GB download, ~10 GB on disk)"
+  say "installing $(grep -c '^[A-Za-z0-9].*==' "$LOCK") pinned packages from requirements/gpu.txt (download and disk: docs/measured.md#gpu_install_minutes)"
   # sync: exactly the lock, no resolver, and anything else is removed from the env
   "$UV" pip sync --python "$TARGET" "${WHEELS[@]}" "$LOCK"
 fi
@@ -119,5 +129,5 @@ fi
 if [ "$IN_IMAGE" = 1 ]; then
   say "done. Launch with: bash scripts/run_gsm8k_grpo.sh"
 else
-  say "done. Activate it before data prep and the launcher:  . ${VENV#"$PWD"/}/bin/activate"
+  say "done: the GPU scripts use ${VENV#"$PWD"/} by themselves (activating it is optional); next: bash scripts/smoke_1gpu.sh"
 fi

@@ -11,7 +11,8 @@
 #   SEED=1 WORK_DIR=/tmp/learn_s1 bash scripts/learn_cpu.sh
 #   TASK=chain bash scripts/learn_cpu.sh           # 1-3 chained calls per problem; work dir /tmp/gsm8k_cpu_learn_chain
 #   TASK=chain TRACE=on TRACE_RELAY=offline WANDB_ENTITY=<entity> bash scripts/learn_cpu.sh  # traces kept on disk
-#   SFT_STEPS=20 GRPO_STEPS=2 TEST_ROWS=16 bash scripts/learn_cpu.sh   # a quick pass through every stage
+#   SFT_STEPS=20 SFT_TOOL_ONLY_STEPS=10 SFT_CONVERGED_LOSS=9 GRPO_STEPS=2 TEST_ROWS=16 bash scripts/learn_cpu.sh
+#                                                  # a quick pass through every stage (a warm start that learned nothing)
 #   SFT_MODEL=/tmp/gsm8k_cpu_learn/model_sft bash scripts/learn_cpu.sh  # GRPO again from an earlier warm start
 #
 # The pipeline is `python -m recipes.harness.learning` (recipes/harness/learning/pipeline.py); this script holds its
@@ -24,45 +25,21 @@
 # final_acc=<b> sft_acc_3=<c> final_acc_3=<d> calls_per_op=<e> tools_off_acc=<f> tool_call_rate=<g> wall_s=<s>
 # (_3: on the 3-step problems; calls_per_op: the final model's calls per required operation on its correct
 # answers to 2- and 3-step problems). Traces: the launcher's TRACE and TRACE_RELAY knobs apply to the GRPO run.
-. "$(dirname "${BASH_SOURCE[0]}")/help.sh" "$@"  # -h/--help: usage, knobs; runs nothing
+HELP_KNOBS_OF=learn_knobs.sh . "$(dirname "${BASH_SOURCE[0]}")/help.sh" "$@"  # -h/--help: usage, knobs; runs nothing
 set -euo pipefail
 
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+. "$REPO_ROOT/scripts/python_env.sh"
 
-# ---- knobs (where two defaults are given, by_task picks: one_step's, chain's) -------------------------
-by_task() { if [ "${TASK:-one_step}" = chain ]; then echo "$2"; else echo "$1"; fi; }
-PYTHON=${PYTHON:-python3}
-TASK=${TASK:-one_step}                      # one_step: one operation per problem | chain: 1, 2 or 3 in a row
+# ---- knobs: the task, the warm start and the scoring are the learning checks' (scripts/learn_knobs.sh) -------
+. "$REPO_ROOT/scripts/learn_knobs.sh"
 WORK_DIR=${WORK_DIR:-/tmp/gsm8k_cpu_learn$(by_task "" _chain)}  # task, data, models, outputs: cleared at the start
-SEED=${SEED:-0}                             # task, model init, SFT order, rollouts
-TRAIN_ROWS=${TRAIN_ROWS:-$(by_task 4000 6000)}
-TEST_ROWS=${TEST_ROWS:-$(by_task 256 300)}  # held-out problems scored before and after (chain: a third per depth)
-SFT_STEPS=${SFT_STEPS:-$(by_task 2600 5500)}  # the warm start's budget (batch SFT_BATCH)
-SFT_SCHEDULE_STEPS=${SFT_SCHEDULE_STEPS:-$(by_task "" 8000)}  # its cosine's length (empty: SFT_STEPS); chain: longer, so
-                                            # the rate stays high until the model copies the right numbers
-SFT_TOOL_ONLY_STEPS=${SFT_TOOL_ONLY_STEPS:-$(by_task 2000 4500)}  # first on tool transcripts only: the model learns to copy
-                                            # (chain: after 3500, seed 0 still got the 2nd of 3 calls wrong 2 times in 3)
-SFT_TOOL_FRACTION=${SFT_TOOL_FRACTION:-0.5} # then each step calls the tool with this
-                                            # probability, else the answer comes at once: GRPO must learn it pays
-SFT_MAX_DEPTH=${SFT_MAX_DEPTH:-0}           # chain: 2 leaves the 3-step problems out of the SFT (GRPO sees them)
-SFT_BATCH=${SFT_BATCH:-16}
-SFT_LR=${SFT_LR:-3e-3}
-SFT_WEIGHT_DECAY=${SFT_WEIGHT_DECAY:-$(by_task 0 0.1)}  # AdamW's; chain: with 0.1 all 3 seeds' first inits got
-                                            # past the copy plateau (loss < 0.03) by step 3500, without it 1 of 3
-SFT_CONVERGED_LOSS=${SFT_CONVERGED_LOSS:-0.03}  # the tool-only phase must end below it, or the SFT restarts ...
-SFT_ATTEMPTS=${SFT_ATTEMPTS:-3}             # ... from a new init (seed SEED+1000*attempt), this many tries in all
 GRPO_STEPS=${GRPO_STEPS:-60}                # 8 prompts x 8 rollouts each
-MAX_TURNS=${MAX_TURNS:-$(by_task "" 5)}     # assistant turns per rollout (empty: the profile's 3; 3 calls + answer = 4)
-RESPONSE_LENGTH=${RESPONSE_LENGTH:-$(by_task "" 192)}  # response tokens (empty: the profile's 96; 3 steps: ~140)
-SFT_MODEL=${SFT_MODEL:-}                    # a model folder from an earlier SFT (same SEED/rows): skip the SFT
-EVAL_TEMPERATURE=${EVAL_TEMPERATURE:-1.0}   # 1.0: sampled, as rollouts are; 0: greedy
-THREADS=${THREADS:-2}                       # the SFT's torch threads (part of its arithmetic: 1 and 2 differ)
 CPU_ISA=${CPU_ISA:-avx2}                    # the instruction set torch's and MKL's CPU kernels use: with it pinned,
                                             # a seed gives the same warm start on any x86-64 CPU that has it (a
                                             # CPU's own best, e.g. AVX-512, rounds differently); native: the CPU's best
 # -----------------------------------------------------------------------------------------------------
-export PYTHON TASK WORK_DIR SEED TRAIN_ROWS TEST_ROWS SFT_STEPS SFT_SCHEDULE_STEPS SFT_TOOL_ONLY_STEPS \
-  SFT_TOOL_FRACTION SFT_MAX_DEPTH SFT_BATCH SFT_LR SFT_WEIGHT_DECAY SFT_CONVERGED_LOSS SFT_ATTEMPTS GRPO_STEPS \
-  MAX_TURNS RESPONSE_LENGTH SFT_MODEL EVAL_TEMPERATURE THREADS CPU_ISA
+use_python cpu
+export WORK_DIR GRPO_STEPS CPU_ISA
 cd "$REPO_ROOT"
 PYTHONPATH="$REPO_ROOT${PYTHONPATH:+:$PYTHONPATH}" exec "$PYTHON" -m recipes.harness.learning "$@"

@@ -17,6 +17,7 @@
 set -euo pipefail
 
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+. "$REPO_ROOT/scripts/python_env.sh"
 
 # ---- knobs ------------------------------------------------------------------------------------------
 PROFILE=${PROFILE:-8xh100}                       # config/profile/<PROFILE>.yaml
@@ -40,7 +41,9 @@ TRACE_RELAY=${TRACE_RELAY:-auto}                 # auto: traces go through a rel
 TRACE_SPOOL=${TRACE_SPOOL:-}                     # where each node's relay keeps traces, on that node's own disk;
                                                  # empty: $OUTPUT_DIR/trace_spool on one node, on a Ray cluster
                                                  # /var/tmp/gsm8k_recipe_traces/$EXPERIMENT_NAME/<node>
-PYTHON=${PYTHON:-python3}
+case "$PROFILE" in cpu_*) use_python cpu ;; *) use_python auto ;; esac  # sets PYTHON, says which and why
+PYTHON=${PYTHON:-python3}                        # set by the line above: PYTHON, else the active venv, else the
+                                                 # project's env (.venv-gpu, else .venv; .venv for cpu_* profiles)
 DRY_RUN=${DRY_RUN:-0}                            # 1: preflight, print the plan, write the composed config; start nothing
 DRY_RUN_CONFIG=${DRY_RUN_CONFIG:-}               # where DRY_RUN writes the config; empty: a new file in $TMPDIR
 SUBMIT=${SUBMIT:-}                               # ray: submit as a Ray job to RAY_ADDRESS (submit_multinode.sh)

@@ -5,10 +5,14 @@
 # few GSM8K rows with multi-turn calculator calls, validates, saves a checkpoint, then a second launch resumes
 # from it into a third step; the rollout report and eval summary run on the dumps. Time and RAM: docs/measured.md
 # (smoke_cpu_minutes, smoke_cpu_ram_gb). The CPU stand-ins (platform, FSDP2 engine, rollout server) are in
-# recipes/cpu_backend.
+# recipes/cpu_backend. It runs in the project's CPU env (.venv, built on first use; scripts/python_env.sh says
+# which Python and why). GSM8K comes from --input_dir / GSM8K_DIR if given, else the hub, else the small GSM8K
+# sample in data_prep/gsm8k_sample; the smoke says which. It ends with where the report is, what a pass looks like
+# and, last, the validation's RESULT line.
 # tests/test_e2e_cpu.py runs it with tracing on against a loopback W&B (one agent-loop worker's weave.init failing).
 #
 #   bash scripts/smoke_cpu.sh                                # work dir /tmp/gsm8k_cpu_smoke
+#   bash scripts/smoke_cpu.sh --input_dir DIR                # GSM8K's {train,test}.jsonl from DIR (as GSM8K_DIR)
 #   bash scripts/smoke_cpu.sh trainer.test_freq=1            # hydra overrides go to both launches, last
 #   RESUME_CHECK=0 bash scripts/smoke_cpu.sh                 # only the first launch
 #   TRACE=on LOGGER=console,wandb bash scripts/smoke_cpu.sh  # any launcher knob passes through
@@ -25,12 +29,13 @@
 set -euo pipefail
 
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+. "$REPO_ROOT/scripts/python_env.sh"
 
 # ---- knobs ------------------------------------------------------------------------------------------
-PYTHON=${PYTHON:-python3}
+PYTHON=${PYTHON:-}                                    # empty: the active venv, else the project's CPU env (.venv)
 WORK_DIR=${WORK_DIR:-/tmp/gsm8k_cpu_smoke}            # model, data and (by default) outputs
 OUTPUT_DIR=${OUTPUT_DIR:-$WORK_DIR/outputs}           # checkpoints, dumps, logs, report: cleared at the start
-GSM8K_DIR=${GSM8K_DIR-$REPO_ROOT/../shared/data/gsm8k}  # GSM8K's {train,test}.jsonl; empty: the hub
+GSM8K_DIR=${GSM8K_DIR:-}                              # GSM8K's {train,test}.jsonl; empty: the hub, else the sample
 TRAIN_ROWS=${TRAIN_ROWS:-6}                           # 3 steps x 2 prompts, no row seen twice
 TEST_ROWS=${TEST_ROWS:-4}
 RESUME_CHECK=${RESUME_CHECK:-1}                       # 1: a second launch resumes from the checkpoint (1 step)
@@ -40,6 +45,17 @@ FAULTS=${FAULTS:-1}                                   # NODES>1: 0 leaves the re
 STOP_SECONDS=${STOP_SECONDS:-30}                      # NODES>1: how long one node's relay stays SIGSTOPped
 # -----------------------------------------------------------------------------------------------------
 
+ARGS=()  # --input_dir DIR is the smoke's; every other argument is a hydra override for both launches
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --input_dir) [ $# -ge 2 ] || { echo "error: --input_dir needs a folder" >&2; exit 2; }; GSM8K_DIR=$2; shift 2 ;;
+    --input_dir=*) GSM8K_DIR=${1#--input_dir=}; shift ;;
+    *) ARGS+=("$1"); shift ;;
+  esac
+done
+set -- "${ARGS[@]}"
+
+use_python cpu
 cd "$REPO_ROOT"
 export PYTHONPATH="$REPO_ROOT${PYTHONPATH:+:$PYTHONPATH}"
 log() { echo "[smoke_cpu] $*" >&2; }
@@ -47,10 +63,12 @@ log() { echo "[smoke_cpu] $*" >&2; }
 log "tiny random Qwen2 model -> $WORK_DIR/model"
 "$PYTHON" -c 'import sys; from recipes.harness.qwen_tokenizer import build_tiny_qwen2_model_dir as build; build(sys.argv[1])' \
   "$WORK_DIR/model"
-SOURCE=()
-if [ -n "$GSM8K_DIR" ] && [ -d "$GSM8K_DIR" ]; then SOURCE=(--input_dir "$GSM8K_DIR"); fi
-"$PYTHON" data_prep/gsm8k.py "${SOURCE[@]}" --train_size "$TRAIN_ROWS" --test_size "$TEST_ROWS" \
-  --local_save_dir "$WORK_DIR/data"
+SOURCE=(--fallback_sample)  # given a folder, that folder or an error: never another source in its place
+if [ -n "$GSM8K_DIR" ]; then SOURCE=(--input_dir "$GSM8K_DIR"); fi
+PREP=$("$PYTHON" data_prep/gsm8k.py "${SOURCE[@]}" --train_size "$TRAIN_ROWS" --test_size "$TEST_ROWS" \
+  --local_save_dir "$WORK_DIR/data") || exit 1
+echo "$PREP" >&2
+GSM8K_SOURCE=$(sed -n 's/^\[data_prep\] source: //p' <<<"$PREP")
 
 # What the CPU stand-ins need in every process of the run (VERL_PLATFORM=cpu, ...), then: no hub, no W&B cloud.
 source "$REPO_ROOT/scripts/cpu_env.sh"
@@ -135,5 +153,17 @@ fi
 
 "$PYTHON" scripts/rollout_report.py --rollout_dir "$OUTPUT_DIR/rollouts" --validation_dir "$OUTPUT_DIR/validation" \
   --out "$OUTPUT_DIR/report"
-"$PYTHON" scripts/eval_summary.py --validation_dir "$OUTPUT_DIR/validation"
-log "ok: logs, dumps, checkpoints and report in $OUTPUT_DIR"
+SUMMARY=$("$PYTHON" scripts/eval_summary.py --validation_dir "$OUTPUT_DIR/validation")
+grep -v '^RESULT ' <<<"$SUMMARY" || true
+steps=$(cat "$OUTPUT_DIR/checkpoints/latest_checkpointed_iteration.txt")
+if [ "$RESUME_CHECK" = 1 ]; then
+  [ "$steps" = $((saved + 1)) ] || { log "FAIL: the resumed launch did not checkpoint step $((saved + 1))"; exit 1; }
+  resumed="steps 1-$saved trained, then step $steps resumed from the step-$saved checkpoint"
+else
+  resumed="steps 1-$steps trained (RESUME_CHECK=0: no resume)"
+fi
+log "GSM8K: $GSM8K_SOURCE"
+log "report: $OUTPUT_DIR/report/report.md (logs, dumps and checkpoints: $OUTPUT_DIR)"
+log "passed: $resumed. A pass is exit status 0 and the RESULT line below; a random model's accuracies are ~0," \
+    "that is expected (the tool-call rate comes from the stand-in server's steering)"
+grep '^RESULT ' <<<"$SUMMARY"

@@ -7,8 +7,9 @@ Run by that env's Python (tests/test_kernel_census.py finds one and runs this; n
 
 Checks: the versions the census was read from; every file:line it cites still holds its text; the module names
 the installed libraries give each census module (through recipes/gpu_env/jit_kernels.py's own builders, with the compile
-step replaced by a recorder); and every SGLang JIT kernel the files on the server's path for Qwen2.5 import is
-either built by the census or not run there, for a reason said below. One line per problem; `census ok` last if
+step replaced by a recorder); every SGLang JIT kernel the files on the server's path for Qwen2.5 import is
+either built by the census or not run there, for a reason said below; and the preflight counts FlashInfer's CUDA
+norm module exactly where FlashInfer falls back to it. One line per problem; `census ok` last if
 none, exit 1 otherwise.
 """
 
@@ -53,6 +54,7 @@ def main() -> int:
                 problems.append(f"{topic}: {source} no longer holds {source.text!r}")
     problems += _names()
     problems += _imports(site / "sglang" / "srt")
+    problems += _norm_fallback()
     for problem in problems:
         print(problem)
     print("census ok" if not problems else f"{len(problems)} problem(s)")
@@ -75,6 +77,20 @@ def _names() -> list[str]:
         except RuntimeError as err:
             problems.append(f"{module.key}: {err}")
     return problems
+
+
+def _norm_fallback() -> list[str]:
+    """The preflight counts FlashInfer's CUDA norm module exactly where FlashInfer falls back to it."""
+    import os
+
+    import flashinfer.norm
+
+    from recipes.preflight.jit_toolchain import flashinfer_cuda_norm
+
+    if flashinfer.norm._USE_CUDA_NORM != flashinfer_cuda_norm(os.environ):
+        return [f"flashinfer.norm uses its CUDA module: {flashinfer.norm._USE_CUDA_NORM}; the preflight's "
+                f"flashinfer_cuda_norm says {flashinfer_cuda_norm(os.environ)}"]
+    return []
 
 
 def _imports(srt: Path) -> list[str]:

@@ -1,5 +1,5 @@
-"""scripts/bench_rollout.py at its CI shape (2 steps x 8 prompts x 4 rollouts on 2 agent-loop workers): verl's real
-agent-loop manager and workers in a real Ray cluster, the recipe's config for PROFILE=8xh100, its tools, parser,
+"""scripts/bench_rollout.py --quick, its CI shape (2 steps x 8 prompts x 4 rollouts on 2 agent-loop workers): verl's
+real agent-loop manager and workers in a real Ray cluster, the recipe's config for PROFILE=8xh100, its tools, parser,
 reward, tracing and trace relay, against the GSM8K replay LLM stand-in (recipes/harness/standins/gsm8k_replay_llm.py).
 W&B is this test's own loopback stand-in, given to the bench in WANDB_BASE_URL. Every trajectory comes back, and every
 call the workers traced reaches W&B exactly once.
@@ -21,7 +21,6 @@ from recipes.harness.standins.weave_http_server import API_KEY, loopback_wandb
 
 pytestmark = pytest.mark.timeout(600)
 
-SHAPE = ["--steps", "2", "--prompts", "8", "--n", "4", "--workers", "2"]
 TRAJECTORIES, TRACED = 2 * 8 * 4, 2 * 2 * 1 * 4  # steps x prompts x n; steps x workers x 1 prompt (the config's) x n
 
 
@@ -30,9 +29,8 @@ def bench(shared_gsm8k_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("bench_rollout")
     with loopback_wandb() as wandb:
         env = {**os.environ, **wandb.env, "WANDB_API_KEY": API_KEY}
-        proc = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "bench_rollout.py"), *SHAPE,
-                               "--servers", "1", "--arms", "recipe", "--profile-rate", "0",
-                               "--json", str(out / "figures.json")],
+        proc = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "bench_rollout.py"), "--quick",
+                               "--gsm8k-dir", str(shared_gsm8k_dir), "--json", str(out / "figures.json")],
                               env=env, capture_output=True, text=True, timeout=540, cwd=out)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         calls = wandb.storage.recorded_calls()

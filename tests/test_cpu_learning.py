@@ -19,6 +19,7 @@ from recipes.harness.learning.small_model import build_from_rows
 from recipes.harness.learning.transcripts import Renderer, depth_of, expressions_of, scripted_turns
 from recipes.harness.standins.scripted_llm import ScriptedLLM
 from recipes.tool_sets import get_tool_set
+from testkit.model_folder import assert_carries_transformers_version
 
 
 def rows_of(problems, split="train"):
@@ -363,6 +364,8 @@ def test_sft_stops_and_saves_nothing_when_the_tool_only_phase_has_not_converged(
     assert not (tmp_path / "stuck").exists()
     assert sft.main([*common, "--out_dir", str(tmp_path / "ok"), "--converged_loss", "1e6"]) == 0
     assert (tmp_path / "ok" / "model.safetensors").exists()
+    assert_carries_transformers_version(tmp_path / "ok")  # the warm start GRPO then loads
+    assert_carries_transformers_version(small[0].name_or_path)  # the random model it started from
     with pytest.raises(SystemExit):  # the check needs a tool-only phase to judge
         sft.main([*base, "--out_dir", str(tmp_path / "x"), "--converged_loss", "0.1"])
 
@@ -390,9 +393,11 @@ def _stub_python(tmp_path):
     recipes.harness.learning`) runs on the real one; every step it starts (task, data prep, model, SFT) does nothing
     but note its arguments and the kernel pins in its environment (tmp_path/calls.txt, one line each), and the first
     evaluation (eval_gsm8k.sh's launcher, `python -m recipes.launch`) fails, so the check stops right after it has
-    set up the warm start."""
+    set up the warm start. The script's own check that the interpreter has verl (scripts/python_env.sh, `-c`) passes
+    and is not noted: it is no step of the check."""
     stub = tmp_path / "python"
     stub.write_text('#!/usr/bin/env bash\n'
+                    'if [ "$1" = -c ]; then exit 0; fi\n'
                     f'if [ "$1 $2" = "-m recipes.harness.learning" ]; then exec {sys.executable} "$@"; fi\n'
                     f'echo "$* | ISA=${{ATEN_CPU_CAPABILITY:-}},${{MKL_CBWR:-}},${{MKL_ENABLE_INSTRUCTIONS:-}}" '
                     f'>> {tmp_path / "calls.txt"}\n'
@@ -466,7 +471,8 @@ def test_learn_cpu_gives_the_sft_numbers_for_either_task(tmp_path, task_name):
                                               ("native", ",,")])
 def test_learn_cpu_pins_the_cpu_kernels_of_every_process(tmp_path, cpu_isa, pins):
     """The warm start's arithmetic depends on the instruction set torch's and MKL's kernels use (docs/testing.md,
-    "Reproducing a seed"): pinned by default for every process the script starts; native leaves the CPU's best."""
+    "What makes two runs of one seed differ"): pinned by default for every process the script starts; native leaves
+    the CPU's best."""
     env = {"WORK_DIR": str(tmp_path / "work")} | ({} if cpu_isa is None else {"CPU_ISA": cpu_isa})
     _learn_cpu(tmp_path, **env)
     calls = _stub_calls(tmp_path, "")

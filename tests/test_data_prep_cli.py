@@ -228,3 +228,50 @@ def test_help_shows_where_the_parquet_goes(capsys):
     with pytest.raises(SystemExit):
         gsm8k.parse_args(["--help"])
     assert "(default: ~/data/gsm8k)" in " ".join(capsys.readouterr().out.split())
+
+
+def test_the_bundled_sample_is_gsm8ks_own_first_rows_with_its_licence(shared_gsm8k_dir):
+    from data_prep.sources import SAMPLE_DIR
+
+    for split, rows in (("train", 32), ("test", 16)):
+        sample = (SAMPLE_DIR / f"{split}.jsonl").read_text().splitlines()
+        real = (shared_gsm8k_dir / f"{split}.jsonl").read_text().splitlines()[:rows]
+        assert sample == real
+    licence = (SAMPLE_DIR / "LICENSE").read_text()
+    assert licence.startswith("MIT License") and "Copyright (c) 2021 OpenAI" in licence
+
+
+def test_without_the_hub_the_sample_is_used_and_said(tmp_path, capsys):
+    """HF_HUB_OFFLINE (the suite's setting) and nothing cached: the hub serves nothing, the sample stands in."""
+    assert run_prep("--fallback_sample", "--train_size", "6", "--local_save_dir", tmp_path) == 0
+    out = capsys.readouterr().out
+    assert "[data_prep] the hub did not serve GSM8K (could not load 'openai/gsm8k'" in out
+    assert out.strip().splitlines()[-1] == ("[data_prep] source: the bundled GSM8K sample (data_prep/gsm8k_sample: "
+                                             "real openai/gsm8k rows, MIT licence)")
+    assert len(read_rows(tmp_path / "train.parquet")) == 6 and len(read_rows(tmp_path / "test.parquet")) == 16
+
+
+def test_an_unreachable_hub_is_not_retried_before_the_sample(tmp_path, capsys, monkeypatch):
+    from data_prep import sources
+
+    def no_route(*args, **kwargs):
+        raise OSError(101, "Network is unreachable")
+
+    def hub(*args, **kwargs):
+        raise AssertionError("the hub client was asked although the hub cannot be reached")
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
+    monkeypatch.setattr(sources.socket, "create_connection", no_route)
+    monkeypatch.setattr(gsm8k, "read_hub_split", hub)
+    assert run_prep("--fallback_sample", "--local_save_dir", tmp_path) == 0
+    out = capsys.readouterr().out
+    assert "the hub cannot be reached (huggingface.co: Network is unreachable): using the bundled" in out
+    assert len(read_rows(tmp_path / "train.parquet")) == 32
+
+
+def test_a_given_source_is_never_swapped_for_the_sample(tmp_path, capsys):
+    assert run_prep("--fallback_sample", "--input_dir", tmp_path / "nowhere", "--local_save_dir", tmp_path) == 1
+    assert "no train.jsonl or train.parquet in" in capsys.readouterr().err
+    assert run_prep("--local_save_dir", tmp_path / "out") == 1  # without the flag: the hub's error, nothing else
+    assert "could not load 'openai/gsm8k'" in capsys.readouterr().err and not (tmp_path / "out").exists()

@@ -3,7 +3,15 @@
 import pytest
 
 from data_prep.gsm8k_rows import InvalidRecord, SourceRecord, build_row, extract_ground_truth
-from recipes.constants import AGENT_NAME, CALC_GSM8K_REWARD, CALCULATOR, DATA_SOURCE, INSTRUCTION
+from recipes.constants import (
+    AGENT_NAME,
+    AGENT_NAME_NO_TOOLS,
+    CALC_GSM8K_REWARD,
+    CALCULATOR,
+    DATA_SOURCE,
+    DATA_SOURCE_NO_TOOLS,
+    INSTRUCTION,
+)
 from recipes.tool_sets import TOOL_SETS, get_tool_set
 
 
@@ -37,8 +45,9 @@ def _record(question="How many?", solution="#### 1,000", index=7):
 def test_row_has_the_shape_the_tool_agent_loop_reads(tool_set_name):
     tool_set = get_tool_set(tool_set_name)
     row = build_row(_record(), "train", tool_set)
-    assert row["data_source"] == DATA_SOURCE
-    assert row["agent_name"] == AGENT_NAME
+    # rows without tools: their own loop (offering none) and data_source (their validation metrics apart)
+    assert (row["data_source"], row["agent_name"]) == (
+        (DATA_SOURCE, AGENT_NAME) if tool_set.tools else (DATA_SOURCE_NO_TOOLS, AGENT_NAME_NO_TOOLS))
     assert [m["role"] for m in row["prompt"]] == ["system", "user"]
     assert row["prompt"][0]["content"] == tool_set.system_prompt
     assert row["prompt"][1]["content"] == f"How many? {INSTRUCTION}"

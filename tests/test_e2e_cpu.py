@@ -1,7 +1,7 @@
 """verl's real `main_ppo`, end to end on the CPU: scripts/smoke_cpu.sh (the recipe's launcher, preflight and config
 with PROFILE=cpu_smoke) trains two GRPO steps, validates, checkpoints, resumes into a third step and writes the
-reports. One run (about 5 minutes on 2 cores) in a subprocess; each test reads one kind of evidence it left:
-logs with step metrics, the rollout servers' weight checksums, dumps, checkpoints, reports.
+reports. One run (its time: docs/measured.md#smoke_cpu_minutes) in a subprocess; each test reads one kind of
+evidence it left: logs with step metrics, the rollout servers' weight checksums, dumps, checkpoints, reports.
 
 Select or skip it with `-m e2e` / `-m "not e2e"`. CPU_SMOKE_TIMEOUT (seconds) bounds the whole run;
 CPU_SMOKE_REUSE=<work dir printed by an earlier run> re-reads that run's evidence instead of running; extra hydra
@@ -399,3 +399,30 @@ def test_hydra_keeps_each_launchs_config_under_the_run_not_in_the_repo(smoke):
     assert [t["total_training_steps"] for t in trainers][1] == TRAIN_STEPS[-1]  # the resume's own override
     for config in configs:
         assert (config.parent.parent / "main_ppo.log").exists()
+
+
+def test_a_clean_run_ends_without_a_traceback_and_without_the_lines_the_launcher_silences(smoke):
+    """Nothing after a launch's last step reads as a crash: with DataLoader worker processes (verl's default 8), Ray
+    SIGKILLs them as the TaskRunner exits and torch's SIGCHLD handler raises "DataLoader worker (pid ...) is killed
+    by signal" inside an atexit callback, although the run succeeded; the recipe loads prompts in-process
+    (data.dataloader_num_workers: 0). No process prints what recipes/launch/console.py filters (verl's unused
+    engines) or Ray's notice that it picked token authentication."""
+    for name, launch in (("train", smoke.train), ("resume", smoke.resume)):
+        lines = launch.log.splitlines()
+        last = max(i for i, line in enumerate(lines) if _STEP_LINE.search(line))
+        after = "\n".join(lines[last + 1:])
+        assert not re.search(r"Traceback|Exception ignored|Error\b", after), f"logs/{name}.log after its last step:\n" \
+            f"{after[-4000:]}"
+        for line in ("engine is not available", "Token authentication is enabled"):
+            assert line not in launch.log, f"logs/{name}.log prints {line!r}"
+
+
+def test_the_smoke_ends_with_its_source_report_pass_rule_and_result_line(smoke):
+    lines = smoke.stdout.strip().splitlines()
+    assert re.fullmatch(r"RESULT strict_acc=\S+ flexible_acc=\S+ tool_calls_per_answer=\S+", lines[-1]), lines[-5:]
+    said = {line.split(":", 1)[0]: line for line in lines if line.startswith("[smoke_cpu] ")}
+    assert said["[smoke_cpu] GSM8K"].startswith("[smoke_cpu] GSM8K: ") and "report.md" in said["[smoke_cpu] report"]
+    assert f"{smoke.output}/report/report.md" in said["[smoke_cpu] report"]
+    assert said["[smoke_cpu] passed"].startswith("[smoke_cpu] passed: steps 1-2 trained, then step 3 resumed from "
+                                                 "the step-2 checkpoint. A pass is exit status 0")
+    assert "[smoke_cpu] python: " in smoke.stdout  # which interpreter, and why

@@ -23,15 +23,29 @@ def eval_dry_run(data_dir, **env):
                           capture_output=True, text=True, timeout=180)
 
 
-@pytest.mark.parametrize("tool_set", ["calculator", "none"])
-def test_eval_dry_run_composes_and_validates(mini_gsm8k_dir, tmp_path, tool_set):
-    assert gsm8k.main(["--input_dir", str(mini_gsm8k_dir), "--local_save_dir", str(tmp_path),
-                       "--tool_set", tool_set]) == 0
-    publish = {"PUBLISH": "1"} if tool_set == "none" else {}  # calculator: the default, LOGGER=console
-    proc = eval_dry_run(tmp_path, TOOL_SET=tool_set, VAL_N="4", VAL_TEMPERATURE="1.0", **publish)
+EARLIER = '{"input": "Q", "output": "#### 1"}\n'  # an earlier evaluation's dump line
+
+
+@pytest.fixture(scope="module")
+def pass_at_4_dry_run(prepared_data_dir, tmp_path_factory):
+    """One dry run several tests read (each costs the preflight's seconds): tools on (the calculator), 4 samples at
+    temperature 1.0, a hub model id, the outputs in a given folder that holds an earlier evaluation (OVERWRITE=1)."""
+    out = tmp_path_factory.mktemp("eval") / "ev"
+    (out / "validation").mkdir(parents=True)
+    (out / "validation" / "0.jsonl").write_text(EARLIER)
+    proc = eval_dry_run(prepared_data_dir, OUTPUT_DIR=str(out), VAL_N="4", VAL_TEMPERATURE="1.0",
+                        MODEL_PATH="org/My-Model", OVERWRITE="1")
     assert proc.returncode == 0, proc.stderr
+    return proc, out
+
+
+def main_ppo_command(proc) -> list[str]:
+    return shlex.split([line for line in proc.stdout.splitlines() if "verl.trainer.main_ppo" in line][-1])
+
+
+def check_eval_command(proc, tool_set: str) -> None:
     assert "[preflight] ok" in proc.stderr
-    command = shlex.split([line for line in proc.stdout.splitlines() if "verl.trainer.main_ppo" in line][-1])
+    command = main_ppo_command(proc)
     for override in ("trainer.val_only=True", "trainer.val_before_train=True",
                      "actor_rollout_ref.actor.use_kl_loss=False",  # no reference model: nothing is trained
                      "actor_rollout_ref.rollout.val_kwargs.n=4",
@@ -41,11 +55,22 @@ def test_eval_dry_run_composes_and_validates(mini_gsm8k_dir, tmp_path, tool_set)
     tool_config = next(c for c in command if c.startswith("actor_rollout_ref.rollout.multi_turn.tool_config_path="))
     assert tool_config.endswith("calculator.yaml" if tool_set == "calculator" else "=null")
     assert "eval_summary.py --validation_dir" in proc.stdout and "--k 4" in proc.stdout
-    if publish:
-        publish_line = shlex.split([line for line in proc.stdout.splitlines() if "publish_evals.py" in line][-1])
-        assert publish_line[publish_line.index("--tool_set") + 1] == "none" and "--k 1 --k 4" in " ".join(publish_line)
-    else:
-        assert "# not publishing to Weave (LOGGER=console has no wandb; PUBLISH=1 to publish)" in proc.stdout
+
+
+def test_eval_dry_run_composes_and_validates_with_tools(pass_at_4_dry_run):
+    proc, _ = pass_at_4_dry_run
+    check_eval_command(proc, "calculator")
+    assert "# not publishing to Weave (LOGGER=console has no wandb; PUBLISH=1 to publish)" in proc.stdout
+
+
+def test_eval_dry_run_composes_and_validates_without_tools_and_publishes(mini_gsm8k_dir, tmp_path):
+    assert gsm8k.main(["--input_dir", str(mini_gsm8k_dir), "--local_save_dir", str(tmp_path),
+                       "--tool_set", "none"]) == 0
+    proc = eval_dry_run(tmp_path, TOOL_SET="none", VAL_N="4", VAL_TEMPERATURE="1.0", PUBLISH="1")
+    assert proc.returncode == 0, proc.stderr
+    check_eval_command(proc, "none")
+    publish_line = shlex.split([line for line in proc.stdout.splitlines() if "publish_evals.py" in line][-1])
+    assert publish_line[publish_line.index("--tool_set") + 1] == "none" and "--k 1 --k 4" in " ".join(publish_line)
 
 
 def test_several_greedy_samples_are_refused(prepared_data_dir):
@@ -55,12 +80,11 @@ def test_several_greedy_samples_are_refused(prepared_data_dir):
     assert "main_ppo" not in proc.stdout
 
 
-def test_eval_outputs_go_where_the_launcher_puts_them(prepared_data_dir, tmp_path):
-    proc = eval_dry_run(prepared_data_dir, OUTPUT_DIR=str(tmp_path / "ev"), MODEL_PATH="org/My-Model")
-    assert proc.returncode == 0, proc.stderr
-    assert f"trainer.validation_data_dir={tmp_path}/ev/validation" in proc.stdout
-    assert f"eval_summary.py --validation_dir {tmp_path}/ev/validation" in proc.stdout
-    assert "trainer.experiment_name=eval_My-Model_default_tools" in proc.stdout
+def test_eval_outputs_go_where_the_launcher_puts_them(pass_at_4_dry_run):
+    proc, out = pass_at_4_dry_run
+    assert f"trainer.validation_data_dir={out}/validation" in proc.stdout
+    assert f"eval_summary.py --validation_dir {out}/validation" in proc.stdout
+    assert "trainer.experiment_name=eval_My-Model_default_tools_n4_t1.0" in proc.stdout
 
 
 def test_tools_off_eval_refuses_tool_data(mini_gsm8k_dir, tmp_path):
@@ -202,13 +226,15 @@ def test_an_earlier_steps_summary_never_replaces_the_latest(tmp_path):
     assert (latest["step"], latest["strict_acc"]) == (2, 1.0) and (step0["step"], step0["strict_acc"]) == (0, 0.0)
 
 
-def test_the_plan_of_an_evaluation_shows_no_training(prepared_data_dir, tmp_path):
-    proc = eval_dry_run(prepared_data_dir, OUTPUT_DIR=str(tmp_path / "ev"), VAL_N="4", VAL_TEMPERATURE="1.0")
-    assert proc.returncode == 0, proc.stderr
+def test_the_plan_of_an_evaluation_shows_no_training(pass_at_4_dry_run):
+    proc, _ = pass_at_4_dry_run
     plan = {line.split(None, 2)[1]: line.split(None, 2)[2] for line in proc.stdout.splitlines()
             if line.startswith("#   ")}
     assert plan["batch"].startswith("validation only: 4 sample(s) per prompt at temperature 1.0; prompt/response")
     assert plan["schedule"].startswith("validation only (trainer.val_only)")
+    # what it scores, whatever the profile: the questions, the samples, the length
+    assert plan["validate"] == "all 4 questions x 4 sample(s) at temperature 1.0, up to 1024 response tokens and 5 " \
+                               "assistant turns"
     assert "trajectories per step" not in proc.stdout and "epoch" not in proc.stdout
 
 
@@ -233,17 +259,16 @@ def test_the_eval_names_its_run_after_the_export(prepared_data_dir, tmp_path):
     assert f"trainer.validation_data_dir={REPO_ROOT}/outputs/eval_gsm8k_a_step40_default_tools/validation" in command
 
 
-def test_a_second_evaluation_into_the_same_folder_is_refused(prepared_data_dir, tmp_path):
+def test_a_second_evaluation_into_the_same_folder_is_refused(prepared_data_dir, tmp_path, pass_at_4_dry_run):
     """verl rewrites 0.jsonl: without the refusal the second evaluation silently replaced the first."""
     earlier = tmp_path / "ev" / "validation" / "0.jsonl"
     earlier.parent.mkdir(parents=True)
-    earlier.write_text('{"input": "Q", "output": "#### 1"}\n')
+    earlier.write_text(EARLIER)
     for dry_run in ("1", "0"):
         proc = eval_dry_run(prepared_data_dir, OUTPUT_DIR=str(tmp_path / "ev"), EXPERIMENT_NAME="ev", DRY_RUN=dry_run)
         assert proc.returncode == 1 and f"{earlier.parent} already holds an evaluation" in proc.stderr, proc.stderr
         assert "OVERWRITE=1 to replace it" in proc.stderr and "main_ppo" not in proc.stdout + proc.stderr
-    assert earlier.read_text() == '{"input": "Q", "output": "#### 1"}\n'
-    proc = eval_dry_run(prepared_data_dir, OUTPUT_DIR=str(tmp_path / "ev"), OVERWRITE="1")
-    assert proc.returncode == 0, proc.stderr
-    assert f"# OVERWRITE=1: the evaluation would first remove the earlier one in {earlier.parent}" in proc.stdout
-    assert earlier.exists()  # a dry run removes nothing
+    assert earlier.read_text() == EARLIER
+    proc, out = pass_at_4_dry_run  # the same with OVERWRITE=1: said, and a dry run removes nothing
+    assert f"# OVERWRITE=1: the evaluation would first remove the earlier one in {out}/validation" in proc.stdout
+    assert (out / "validation" / "0.jsonl").read_text() == EARLIER

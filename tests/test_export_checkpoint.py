@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from testkit.model_folder import assert_carries_transformers_version
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -96,29 +98,37 @@ def fsdp_checkpoint(tmp_path_factory):
     return root, torch.load(root / "global_step_1" / "reference_weights.pt")
 
 
-def test_the_export_holds_the_trained_fp32_weights_bit_for_bit_and_is_readable(fsdp_checkpoint, tmp_path):
+def test_the_export_holds_the_trained_fp32_weights_bit_for_bit_and_is_readable(fsdp_checkpoint, tmp_path, capfd):
+    """The command's main in this process (tests/test_e2e_cpu.py runs the script as users do); the merger it starts
+    is a process of its own, with this process's umask."""
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
+    from recipes.export.__main__ import main as export_main
+
     root, trained = fsdp_checkpoint
     target = tmp_path / "hf"
-    proc = subprocess.run([sys.executable, "scripts/export_checkpoint.py", str(root), "--target_dir", str(target)],
-                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
-                          preexec_fn=lambda: os.umask(0o027))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "[export] weights written as float32 (the checkpoint's dtype" in proc.stdout
+    umask = os.umask(0o027)
+    try:
+        status = export_main([str(root), "--target_dir", str(target)])
+    finally:
+        os.umask(umask)
+    out = capfd.readouterr().out
+    assert status == 0, out[-3000:]
+    assert "[export] weights written as float32 (the checkpoint's dtype" in out
     saved = load_file(target / "model.safetensors")
     assert set(saved) == set(trained) - {"lm_head.weight"}  # tied to the embedding
     for name, tensor in saved.items():
         assert tensor.dtype == torch.float32 and torch.equal(tensor, trained[name]), name
     assert json.loads((target / "config.json").read_text())["dtype"] == "float32"
+    assert_carries_transformers_version(target)
     loaded = AutoModelForCausalLM.from_pretrained(target)  # as the eval loads it: the config's dtype
     assert all(torch.equal(loaded.state_dict()[k], v) for k, v in trained.items())
     assert stat.S_IMODE((target / "model.safetensors").stat().st_mode) == 0o640  # 0666 minus the umask 027
     # where it came from, for the evaluation's name (no launcher ran: the experiment is the run folder's name)
     record = json.loads((target / "exported_from.json").read_text())
     assert record == {"experiment": root.parent.name, "step": 1, "checkpoint": str(root / "global_step_1" / "actor")}
-    assert f"[export] {target}/exported_from.json: experiment {root.parent.name}, step 1" in proc.stdout
+    assert f"[export] {target}/exported_from.json: experiment {root.parent.name}, step 1" in out
 
 
 def test_dtype_bfloat16_casts_on_purpose_and_says_so(fsdp_checkpoint, tmp_path, capsys):

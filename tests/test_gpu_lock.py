@@ -156,9 +156,9 @@ def _install(tmp_path, driver=None, **fake):
         smi = bin_dir / "nvidia-smi"
         smi.write_text("#!/bin/sh\nprintf '" + "\\n".join(driver) + "\\n'\n")
         smi.chmod(0o755)
-    env = {k: v for k, v in os.environ.items() if k not in ("VENV", "UV_DIR", "CHECK_DRIVER")}
-    env.update({"PATH": f"{bin_dir}:/usr/bin:/bin", "PYTHON": str(python), "VENV": str(tmp_path / "venv"),
-                "FAKE_VERSION": "3.12.3", "FAKE_GLIBC": "2.39", **fake})
+    env = {k: v for k, v in os.environ.items() if k not in ("VENV", "UV_DIR", "CHECK_DRIVER", "PYTHON")}
+    env.update({"PATH": f"{bin_dir}:/usr/bin:/bin", "BASE_PYTHON": str(python), "VENV": str(tmp_path / "venv"),
+                "PYENV_ROOT": str(tmp_path / "pyenv"), "FAKE_VERSION": "3.12.3", "FAKE_GLIBC": "2.39", **fake})
     proc = subprocess.run(["bash", str(INSTALLER)], env=env, capture_output=True, text=True, timeout=60)
     assert not (tmp_path / "venv").exists(), "the installer created the env before refusing"
     return proc
@@ -168,7 +168,7 @@ def _install(tmp_path, driver=None, **fake):
 @pytest.mark.parametrize(
     "driver, fake, message",
     [
-        (["580.159.04"], {"FAKE_VERSION": "3.11.9"}, "Python 3.11.9 found; the lock is for CPython 3.12"),
+        (["580.159.04"], {"FAKE_VERSION": "3.11.9"}, "does not run as CPython 3.12, which the lock is for"),
         (["580.159.04"], {"FAKE_GLIBC": "2.31"}, "glibc 2.31 found; sglang 0.5.12's wheel needs glibc >= 2.34"),
         (["580.159.04", "535.104.05"], {}, "NVIDIA driver 535.104.05 found; the locked torch 2.11.0 and sglang"),
         (None, {}, "nvidia-smi not found: cannot check the NVIDIA driver"),

@@ -34,6 +34,7 @@ PINNED = {
     "fa3_hd64": ("flashinfer", FA.format(64) + "_sm90"),
     "fa3_hd128": ("flashinfer", FA.format(128) + "_sm90"),
     "cascade": ("flashinfer", "cascade"),
+    "norm": ("flashinfer", "norm"),  # where FlashInfer's CuTe DSL norm kernels do not import
 }
 DOCS = REPO_ROOT / "docs" / "first-use-kernels.md"
 
@@ -69,7 +70,8 @@ def test_a_launch_model_is_known_by_hub_id_or_config():
     shape = shape_of("/ckpt/export", config)
     assert (shape.head_dim, shape.kv_row_bytes) == (64, 256)
     assert [m.key for m in modules_for(shape)] == ["activation", "fused_rope_hd64", "kvcache_256", "clamp_position",
-                                                   "resolve_future_token_ids", "fa2_hd64", "fa3_hd64", "cascade"]
+                                                   "resolve_future_token_ids", "fa2_hd64", "fa3_hd64", "cascade",
+                                                   "norm"]
 
 
 def test_jit_kernels_lists_exactly_the_census(capsys):
@@ -114,7 +116,7 @@ def test_a_module_that_does_not_compile_fails_the_build_and_the_others_still_bui
     assert builders.built == [m.key for m in census()]
     assert "[jit_kernels] FAILED fused_rope_hd128 after 0 s (SGLang RoPE, neox, rotary dim 128" in out
     assert "RuntimeError: sgl_kernel_jit_fused_rope_true_128_true_bf16_t.cuh(12): error: oops" in out  # its error
-    assert "1 of 13 did not compile or check: fused_rope_hd128" in err and "RESULT" not in out
+    assert "1 of 14 did not compile or check: fused_rope_hd128" in err and "RESULT" not in out
 
 
 def test_a_passing_build_ends_with_a_result_line_for_the_measured_page(tmp_path, capsys, monkeypatch):
@@ -125,6 +127,29 @@ def test_a_passing_build_ends_with_a_result_line_for_the_measured_page(tmp_path,
     assert result[0] == "RESULT" and [r.split("=")[0] for r in result[1:]] == [
         *(f"gpu_kernel_{m.key}_seconds" for m in census(shapes_with_head_dims([64]))),
         "gpu_kernel_compile_total_seconds"]
+
+
+def test_warm_builds_target_what_sglangs_server_builds_on_an_h100_and_name_what_a_launch_must_share(
+        tmp_path, capsys, monkeypatch):
+    """SGLang's model runner sets FLASHINFER_CUDA_ARCH_LIST to 9.0a on an H100 whatever it was, so a warm build for
+    another list would fill a cache folder the node never reads; variables that enter a build command are named,
+    since a launch without them rebuilds."""
+    monkeypatch.setattr(jit_kernels, "BUILDERS", RecordingBuilders(tmp_path))
+    monkeypatch.setattr(jit_kernels, "check_triton", lambda: ["Triton ptxas: (stand-in)"])
+    monkeypatch.setenv("FLASHINFER_CUDA_ARCH_LIST", "8.0 9.0a")
+    monkeypatch.setenv("FLASHINFER_JIT_LINEINFO", "1")
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    assert jit_kernels.main(["--head-dims", "64", "--only", "norm", "activation"]) == 0
+    out = capsys.readouterr().out
+    assert os.environ["FLASHINFER_CUDA_ARCH_LIST"] == "9.0a" and "FLASHINFER_CUDA_ARCH_LIST=8.0 9.0a ignored" in out
+    assert "built with FLASHINFER_JIT_LINEINFO=1: a launch reuses these modules only with the same values" in out
+    assert [line.split(":")[0] for line in out.splitlines() if line.endswith("MiB)")] == [
+        "[jit_kernels] activation", "[jit_kernels] norm"]  # --only, in census order
+    assert out.splitlines()[-1] == "RESULT gpu_kernel_activation_seconds=0 gpu_kernel_norm_seconds=0"  # no total
+    monkeypatch.delenv("FLASHINFER_JIT_LINEINFO")
+    assert jit_kernels.build_settings(os.environ) == "no build variable set"
+    with pytest.raises(SystemExit):
+        jit_kernels.main(["--head-dims", "64", "--only", "fa2_hd128"])  # not a head-dim-64 module
 
 
 def test_the_docs_page_names_every_module_and_cites_every_source_line():

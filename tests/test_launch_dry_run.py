@@ -341,7 +341,8 @@ def test_the_plan_says_when_nothing_is_checkpointed():
     from recipes.preflight.compose import compose_config
 
     schedule = dict(plan_rows(compose_config(["profile=1gpu_smoke"])))["schedule"]
-    assert schedule == "2 steps; validation every 2 steps, no checkpoints (trainer.save_freq=-1)"
+    assert schedule == "2 steps (trainer.total_training_steps); validation every 2 steps, no checkpoints " \
+                       "(trainer.save_freq=-1)"
 
 
 def test_hydras_run_folder_goes_under_the_outputs_not_the_repo(default_dry_run, multinode_dry_run):
@@ -357,3 +358,53 @@ def test_print_output_dir_answers_without_a_preflight(capsys):
     """scripts/eval_gsm8k.sh asks the launcher where a run's outputs go (PRINT_OUTPUT_DIR=1)."""
     assert launcher_main([], {"PRINT_OUTPUT_DIR": "1", "EXPERIMENT_NAME": "e", "PROFILE": "no_such_profile"}) == 0
     assert capsys.readouterr().out == f"{REPO_ROOT}/outputs/e\n"  # no preflight: the profile is not looked at
+
+
+@pytest.fixture(scope="module")
+def gsm8k_sized(tmp_path_factory):
+    """Parquet files of GSM8K's sizes (7473 / 1319 rows): the plan reads only their row counts."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder = tmp_path_factory.mktemp("gsm8k_sized")
+    for split, rows in (("train", 7473), ("test", 1319)):
+        pq.write_table(pa.table({"row": list(range(rows))}), folder / f"{split}.parquet")
+    return folder
+
+
+def profile_plan(folder, profile: str, *extra: str) -> dict[str, str]:
+    from recipes.launch.plan import plan_rows
+    from recipes.preflight.compose import compose_config
+
+    overrides = [f"profile={profile}", f"data.train_files={folder}/train.parquet",
+                 f"data.val_files={folder}/test.parquet", *extra]
+    return dict(plan_rows(compose_config(overrides), None, overrides))
+
+
+def test_the_plan_says_updates_steps_and_what_validation_scores(gsm8k_sized):
+    rows = profile_plan(gsm8k_sized, "8xh100")
+    assert rows["algorithm"] == ("GRPO, lr 1e-06 (constant), KL loss 0.001; 1 actor update per step (mini-batch = "
+                                 "the step's 256 prompts, 4096 trajectories each)")
+    assert rows["schedule"].startswith("435 steps = 15 epochs x 29 (7473 rows // 256);")
+    assert rows["validate"].startswith("all 1319 questions x 1 sample(s) at temperature 0, up to 1024 response tokens")
+    assert "differs" not in rows  # the recipe's own profile
+    smoke = profile_plan(gsm8k_sized, "1gpu_smoke", "trainer.val_only=True")
+    assert smoke["validate"].startswith("64 of 1319 questions, drawn at random each run (data.val_max_samples=64)")
+    assert "up to 512 response tokens" in smoke["validate"] and "algorithm" not in smoke
+
+
+def test_profiles_that_change_the_algorithm_say_so_and_multinode_keeps_one_update_a_step(gsm8k_sized):
+    multinode = profile_plan(gsm8k_sized, "multinode")
+    assert "1 actor update per step (mini-batch = the step's 512 prompts" in multinode["algorithm"]
+    assert "210 updates of 8192 trajectories (8xh100: 435 of 4096), at the same lr 1e-06" in multinode["differs"]
+    four = profile_plan(gsm8k_sized, "4gpu")
+    assert four["schedule"].startswith("870 steps = 15 epochs x 58 (7473 rows // 128)")
+    assert four["differs"] == ("the algorithm, against 8xh100: prompts per step 128 (8xh100: 256); mini-batch 128 "
+                               "(8xh100: 256); 870 updates of 2048 trajectories (8xh100: 435 of 4096), at the same "
+                               "lr 1e-06 (why: config/profile/4gpu.yaml)")
+    assert "870" in (REPO_ROOT / "config" / "profile" / "4gpu.yaml").read_text()  # the why is written there
+    assert profile_plan(gsm8k_sized, "lora")["differs"].startswith("the algorithm, against 8xh100: lr 3e-05")
+    # two updates a step, as multinode had: said, with the off-policy cost
+    two = profile_plan(gsm8k_sized, "multinode", "actor_rollout_ref.actor.ppo_mini_batch_size=256")
+    assert "2 actor updates per step (mini-batches of 256 of the step's 512 prompts: all but the first off-policy" \
+        in two["algorithm"]

@@ -31,7 +31,7 @@ def modules_with_literal(value: str) -> list[str]:
     return found
 
 
-REWARD_KEY_NAMES = ("acc_strict", "acc_flexible", "num_bad_tool_calls", "tool_bonus", "ref_ops")
+REWARD_KEY_NAMES = ("acc_strict", "acc_flexible", "num_bad_tool_calls", "tool_bonus", "ref_ops", "called_tool")
 
 
 @pytest.mark.parametrize("value, home", [("hf_cpu", "recipes/cpu_backend/__init__.py"),

@@ -6,7 +6,7 @@ import pytest
 
 from recipes.credentials import wandb_api_key
 from recipes.harness.qwen_tokenizer import build_tiny_qwen2_model_dir
-from recipes.preflight.checks import check_cpu_rollout
+from recipes.preflight.checks import check_cpu_rollout, check_model
 from recipes.preflight.compose import compose_config
 from recipes.preflight.report import Report
 from recipes.preflight.rollout_checks import check_lora_with_sglang, check_rollout_concurrency
@@ -58,14 +58,61 @@ def test_the_disk_warning_names_free_space_and_need(tmp_path):
     assert run(check_checkpoint_space, ckpt, train_rows=7473, params=1000).warnings == []
 
 
-def test_parameters_are_counted_from_the_local_safetensors(tmp_path):
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    """The CPU smoke's model folder (recipes/harness/qwen_tokenizer.py), written as the smoke writes it."""
+    return build_tiny_qwen2_model_dir(tmp_path_factory.mktemp("preflight") / "tiny")
+
+
+def test_parameters_are_counted_from_the_local_safetensors(tiny_model):
     import torch
     from transformers import AutoModelForCausalLM
 
-    folder = build_tiny_qwen2_model_dir(tmp_path / "tiny")
-    expected = sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).parameters())
-    assert model_parameter_count(str(folder)) == expected
+    model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
+    expected = sum(p.numel() for p in model.parameters())
+    assert model_parameter_count(str(tiny_model)) == expected
     assert model_parameter_count("no-such-org/no-such-model") is None
+
+
+def _tokenizer_warnings(folder) -> list[str]:
+    """What transformers logs while loading the folder's tokenizer, as every agent-loop worker and SGLang do."""
+    import logging
+
+    from transformers import AutoTokenizer
+
+    records: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: records.append(record.getMessage())
+    logger = logging.getLogger("transformers")
+    logger.addHandler(handler)
+    try:
+        AutoTokenizer.from_pretrained(str(folder))
+    finally:
+        logger.removeHandler(handler)
+    return [r for r in records if "incorrect regex pattern" in r]
+
+
+def test_a_model_folder_without_transformers_version_is_flagged_before_transformers_warns_falsely(tiny_model,
+                                                                                                   tmp_path):
+    """transformers 5.9 takes a local folder whose config.json lacks `transformers_version` for a Mistral one and
+    warns, in every worker, of incorrect tokenization; the preflight names the file and the field to add."""
+    import json
+    import shutil
+
+    from testkit.model_folder import assert_carries_transformers_version
+
+    assert_carries_transformers_version(tiny_model)  # the smoke's model, as the recipe writes it
+    assert run(check_model, f"actor_rollout_ref.model.path={tiny_model}").warnings == []
+    assert _tokenizer_warnings(tiny_model) == []
+
+    converted = tmp_path / "converted"  # a user's own folder, written by a tool that leaves the field out
+    shutil.copytree(tiny_model, converted)
+    config = json.loads((converted / "config.json").read_text())
+    del config["transformers_version"]
+    (converted / "config.json").write_text(json.dumps(config))
+    (warning,) = run(check_model, f"actor_rollout_ref.model.path={converted}").warnings
+    assert str(converted / "config.json") in warning and '"transformers_version": "' in warning
+    assert len(_tokenizer_warnings(converted)) == 1  # the warning the preflight foretells is real
 
 
 def test_several_nodes_need_outputs_on_shared_storage(tmp_path, repo_root):

@@ -13,9 +13,11 @@ from recipes.preflight.jit_toolchain import (
     check_jit_toolchain,
     compiler_line,
     cuda_home_in_use,
+    flashinfer_cuda_norm,
     host_compiler_line,
     jit_cache_line,
     launch_census,
+    needed_here,
     sglang_header_line,
 )
 from recipes.preflight.report import Report
@@ -115,7 +117,7 @@ def test_the_cache_line_says_where_how_many_and_which_census_modules_are_missing
     line = jit_cache_line(env, "0.6.11.post1")
     assert line == (f"JIT caches: SGLang (tvm-ffi) {tmp_path}/.cache/tvm-ffi (0 kernels), FlashInfer "
                     f"{tmp_path}/.cache/flashinfer/0.6.11.post1/<arch>/cached_ops (0 kernels), no AOT modules; "
-                    "first-use census for Qwen2.5-0.5B, Qwen2.5-1.5B, Qwen2.5-3B, Qwen2.5-7B: 0 of 13 built, missing "
+                    "first-use census for Qwen2.5-0.5B, Qwen2.5-1.5B, Qwen2.5-3B, Qwen2.5-7B: 0 of 14 built, missing "
                     f"{', '.join(m.key for m in census())}; {FIRST_USE}")
 
 
@@ -132,21 +134,21 @@ def test_prebuilt_flashinfer_modules_and_this_envs_sglang_kernels_count_as_built
     line = jit_cache_line(env, "0.6.11.post1", launch_census(QWEN_3B), sglang_dir, (tmp_path / "aot",))
     assert line == (f"JIT caches: SGLang (tvm-ffi) {tvm} (3 kernels), FlashInfer "
                     f"{tmp_path}/ws/.cache/flashinfer/0.6.11.post1/<arch>/cached_ops (1 kernels), AOT "
-                    f"{tmp_path}/aot (1 modules); first-use census for Qwen2.5-3B: 3 of 8 built, missing activation, "
-                    f"kvcache_512, clamp_position, resolve_future_token_ids, fa3_hd128; {FIRST_USE}")
+                    f"{tmp_path}/aot (1 modules); first-use census for Qwen2.5-3B: 3 of 9 built, missing activation, "
+                    f"kvcache_512, clamp_position, resolve_future_token_ids, fa3_hd128, norm; {FIRST_USE}")
     for module in launch_census(QWEN_3B):
         if module.library == "sglang":
             _tvm_kernel(tvm, module.name, sglang_dir, digest="fedcba9876543210")
-        elif module.key == "fa3_hd128":
+        elif module.key in ("fa3_hd128", "norm"):
             _fi_module(jit, module.name)
     line = jit_cache_line(env, "0.6.11.post1", launch_census(QWEN_3B), sglang_dir, (tmp_path / "aot",))
-    assert line.endswith("first-use census for Qwen2.5-3B: 8 of 8 built")
+    assert line.endswith("first-use census for Qwen2.5-3B: 9 of 9 built")
 
 
 def test_the_census_follows_the_launchs_model(tmp_path):
     assert [m.key for m in launch_census(QWEN_3B)] == [
         "activation", "fused_rope_hd128", "kvcache_512", "clamp_position", "resolve_future_token_ids", "fa2_hd128",
-        "fa3_hd128", "cascade"]
+        "fa3_hd128", "cascade", "norm"]
     folder = tmp_path / "export"
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps({"hidden_size": 896, "num_attention_heads": 14,
@@ -157,6 +159,16 @@ def test_the_census_follows_the_launchs_model(tmp_path):
     assert launch_census("someone/other-model") == census()  # unknown: the whole Qwen2.5 census
 
 
+def test_flashinfers_cuda_norm_is_counted_only_where_flashinfer_would_compile_it():
+    """With nvidia-cutlass-dsl (the lock's) FlashInfer runs CuTe DSL norm kernels and never compiles its CUDA norm
+    module; without it (an image that trims it, as the air-gapped kit did) or with FLASHINFER_USE_CUDA_NORM=1 the
+    first CUDA-graph capture compiles it."""
+    modules = launch_census(QWEN_3B)
+    assert "norm" not in {m.key for m in needed_here(modules, {}, cuda_norm=False)}
+    assert [m.key for m in needed_here(modules, {}, cuda_norm=True)] == [m.key for m in modules]
+    assert flashinfer_cuda_norm({"FLASHINFER_USE_CUDA_NORM": "1"})
+
+
 def test_the_four_lines_go_into_the_report(env_cuda, tmp_path):
     _tool(tmp_path / "bin" / "g++", "12.2.0\n")
     report = Report()
@@ -164,6 +176,7 @@ def test_the_four_lines_go_into_the_report(env_cuda, tmp_path):
     check_jit_toolchain(report, env, flashinfer_version="0.6.11.post1", model=QWEN_3B)
     assert report.errors == []
     assert [n.split(":")[0] for n in report.notes] == ["CUDA compiler", "host compiler", "SGLang header", "JIT caches"]
-    assert "first-use census for Qwen2.5-3B: 0 of 8 built" in report.notes[-1]
+    built = 9 if flashinfer_cuda_norm(env) else 8  # FlashInfer's CUDA norm counts where FlashInfer would build it
+    assert f"first-use census for Qwen2.5-3B: 0 of {built} built" in report.notes[-1]
     check_jit_toolchain(report, {**env, "CUDA_HOME": str(tmp_path / "none")}, flashinfer_version="0.6.11.post1")
     assert [e.split(":")[0] for e in report.errors] == ["CUDA compiler"]

@@ -4,7 +4,7 @@ strict/flexible; the optional tool-call bonus."""
 import pytest
 
 from data_prep.gsm8k_rows import SourceRecord, build_row
-from recipes.constants import CALC_GSM8K_REWARD, DATA_SOURCE
+from recipes.constants import CALC_GSM8K_REWARD, DATA_SOURCE, DATA_SOURCE_NO_TOOLS
 from recipes.rollout.reward import compute_score
 from recipes.tool_sets import get_tool_set
 from recipes.trajectory import count_tool_calls
@@ -89,6 +89,22 @@ def test_ref_ops_counts_the_reference_solutions_steps():
     assert compute_score(DATA_SOURCE, "#### 72", "72", extra_info={"answer": natalia})["ref_ops"] == 2
     assert compute_score(DATA_SOURCE, "#### 72", "72", extra_info={"answer": "48 + 24 is 72\n#### 72"})["ref_ops"] == 0
     assert score("#### 72")["ref_ops"] == 0 and compute_score(DATA_SOURCE, "#### 72", "72")["ref_ops"] == 0
+
+
+def test_tools_off_rows_are_scored_and_each_trajectory_says_its_turns_tool_set_and_whether_it_called():
+    """The keys that split one validation of tools-on and tools-off rows (recipes/harness/learning/
+    validation_scores.py), and whose per-data_source means verl logs (tool-call rate, turns)."""
+    off = build_row(SourceRecord("How many?", "#### 72", "f", 1), "test", get_tool_set("none"))
+    on = build_row(SourceRecord("How many?", "#### 72", "f", 1), "test", get_tool_set("calculator"))
+    without = compute_score(off["data_source"], f"{CALL}\n#### 72", "72", extra_info={**off["extra_info"],
+                                                                                     "num_turns": 4})
+    assert off["data_source"] == DATA_SOURCE_NO_TOOLS and without["score"] == 1.0
+    # a call of a tool the row does not offer is no tool call
+    assert (without["tool_set"], without["turns"], without["called_tool"], without["num_bad_tool_calls"]) == (
+        "none", 4, 0.0, 1)
+    with_tool = compute_score(on["data_source"], f"{CALL}\n#### 72", "72", extra_info={**on["extra_info"],
+                                                                                      "num_turns": 4})
+    assert (with_tool["tool_set"], with_tool["turns"], with_tool["called_tool"]) == ("calculator", 4, 1.0)
 
 
 def test_wrong_data_source_and_method_are_refused():

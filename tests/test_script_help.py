@@ -16,15 +16,16 @@ from recipes.constants import REPO_ROOT
 KNOBS = {
     "run_gsm8k_grpo.sh": ("PROFILE", "DATA_DIR", "TOOL_SET", "MODEL_PATH", "OUTPUT_DIR", "TRACE_RELAY", "TRACE_SPOOL",
                           "DRY_RUN", "CHECK_ONLY"),
-    "smoke_cpu.sh": ("WORK_DIR", "OUTPUT_DIR", "GSM8K_DIR", "RESUME_CHECK", "NODES", "STOP_SECONDS"),
-    "smoke_1gpu.sh": ("DATA_DIR", "MODEL_PATH", "OUTPUT_DIR"),
+    "smoke_cpu.sh": ("PYTHON", "WORK_DIR", "OUTPUT_DIR", "GSM8K_DIR", "RESUME_CHECK", "NODES", "STOP_SECONDS"),
+    "smoke_1gpu.sh": ("PYTHON", "WORK_DIR", "GSM8K_DIR", "DATA_DIR", "MODEL_PATH", "OUTPUT_DIR"),
     "eval_gsm8k.sh": ("DEVICE", "VAL_N", "VAL_TEMPERATURE", "PUBLISH", "MODEL_PATH", "DATA_DIR"),
     "submit_multinode.sh": ("OUTPUT_DIR", "PROFILE", "DATA_DIR"),
-    "learn_cpu.sh": ("WORK_DIR", "SEED", "SFT_MODEL", "GRPO_STEPS"),
-    "setup_cpu_env.sh": ("VENV", "PYTHON"),
-    "run_tests.sh": ("VENV", "PYTHON", "PYTEST_WORKERS"),
-    "install_gpu_env.sh": ("VENV", "CHECK_DRIVER", "UV_DIR"),
-    "check_gpu_kernels.sh": ("VENV", "PYTHON", "MAX_JOBS", "HEAD_DIMS", "FRESH"),
+    "learn_cpu.sh": ("WORK_DIR", "SEED", "SFT_MODEL", "GRPO_STEPS", "CPU_ISA"),
+    "learn_gpu.sh": ("WORK_DIR", "SEED", "SFT_MODEL", "GRPO_STEPS", "DEVICE", "DRY_RUN", "TASK"),
+    "setup_cpu_env.sh": ("VENV", "BASE_PYTHON"),
+    "run_tests.sh": ("PYTHON", "PYTEST_WORKERS"),
+    "install_gpu_env.sh": ("VENV", "BASE_PYTHON", "CHECK_DRIVER", "UV_DIR"),
+    "check_gpu_kernels.sh": ("VENV", "BASE_PYTHON", "MAX_JOBS", "HEAD_DIMS", "FRESH"),
 }
 RECORDER = '#!/bin/sh\necho "$(basename "$0") $*" >> "$HELP_TEST_CALLS"\nexit 0\n'
 RECORDED = ("python", "python3", "python3.11", "python3.12", "pip", "uv", "nvidia-smi", "ray", "nvcc")

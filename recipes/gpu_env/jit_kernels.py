@@ -14,6 +14,8 @@ How SGLang 0.5.12 + FlashInfer 0.6.11 use them for Qwen2.5 on an H100 (docs/firs
   Qwen2.5's GQA groups (6 to 8, >= 4), which FlashInfer serves with the same fa2 module. The ragged wrapper
   ("auto", resolved to fa3 on sm_90a) and merge_state (the cascade module) run only for an extend the piecewise
   graph does not take. The plain decode module would serve GQA groups < 4: no Qwen2.5 model has one.
+- FlashInfer's CUDA norm module (SGLang's RMSNorm calls FlashInfer's through sgl_kernel) is compiled at the first
+  CUDA-graph capture where FlashInfer's CuTe DSL norm kernels do not import; built here wherever, for such nodes.
 - Three Triton kernels run too (FlashInfer's KV indices, req-to-token writes, extend positions); Triton compiles
   them with its own ptxas, not nvcc: this checks they import and that ptxas is the env's.
 
@@ -22,6 +24,7 @@ kernels built here are reused only by an env at the same path (FlashInfer's cach
 
     python -m recipes.gpu_env.jit_kernels [--head-dims 64 128]   # the env's CUDA_HOME and caches
     python -m recipes.gpu_env.jit_kernels --list                 # the modules it would build, building nothing
+    python -m recipes.gpu_env.jit_kernels --only norm activation # some of them
 """
 
 from __future__ import annotations
@@ -38,7 +41,15 @@ from pathlib import Path
 from recipes.gpu_env.kernel_census import QWEN25, Module, census, shapes_with_head_dims
 
 SGLANG_ARCH = (9, 0)         # torch.cuda.get_device_capability() on an H100
-FLASHINFER_ARCH = "9.0a"     # FlashInfer adds the 'a' for sm_90 (flashinfer/compilation_context.py)
+# What SGLang's model runner sets on an H100 whatever the environment said (sglang/srt/utils/common.py:2646), and
+# what FlashInfer derives from the GPU (flashinfer/compilation_context.py): the cache folder 90a and its targets.
+FLASHINFER_ARCH = "9.0a"
+# Variables that change a module's build command (tvm-ffi's and FlashInfer's build.ninja, or nvcc itself): ninja
+# rebuilds a warmed module when the launch's value differs from the one it was built with.
+BUILD_VARIABLES = ("CUDA_HOME", "CXX", "NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS", "FLASHINFER_NVCC",
+                   "FLASHINFER_JIT_DEBUG", "FLASHINFER_JIT_VERBOSE", "FLASHINFER_JIT_LINEINFO",
+                   "FLASHINFER_NVCC_THREADS", "FLASHINFER_EXTRA_CFLAGS", "FLASHINFER_EXTRA_CUDAFLAGS",
+                   "FLASHINFER_EXTRA_LDFLAGS")
 # The Triton kernels SGLang launches on this path: (module, function).
 TRITON_KERNELS = (
     ("sglang.srt.layers.attention.utils", "create_flashinfer_kv_indices_triton"),
@@ -97,13 +108,16 @@ def build_sglang(module: Module) -> Path:
 
 
 def _flashinfer_spec(module: Module):
-    os.environ.setdefault("FLASHINFER_CUDA_ARCH_LIST", FLASHINFER_ARCH)  # read when flashinfer is first imported
+    os.environ["FLASHINFER_CUDA_ARCH_LIST"] = FLASHINFER_ARCH  # read when flashinfer is first imported
     import torch
     from flashinfer.jit.attention.modules import gen_batch_prefill_module
     from flashinfer.jit.cascade import gen_cascade_module
+    from flashinfer.jit.norm import gen_norm_module
 
     if module.kind == "cascade":
         return gen_cascade_module()
+    if module.kind == "norm":
+        return gen_norm_module()
     # q, kv, out dtypes, index dtype, qk and vo head dims, no rope in the kernel, no window, no soft cap, no fp16 qk
     return gen_batch_prefill_module(module.kind, torch.bfloat16, torch.bfloat16, torch.bfloat16, torch.int32,
                                     module.param, module.param, 0, False, False, False)
@@ -121,8 +135,16 @@ def build_flashinfer(module: Module) -> Path:
 BUILDERS: dict[str, Callable[[Module], Path]] = {"sglang": build_sglang, "flashinfer": build_flashinfer}
 
 
+def build_settings(environ) -> str:
+    """The variables a launch must share with this build to reuse its modules (docs/first-use-kernels.md)."""
+    found = [f"{name}={environ[name]}" for name in BUILD_VARIABLES if environ.get(name)]
+    return (f"built with {', '.join(found)}: a launch reuses these modules only with the same values (and this env "
+            "at this path)") if found else "no build variable set"
+
+
 def describe(module: Module) -> str:
-    return f"{module.what}; {', '.join(module.models)}; built at {module.when}"
+    where = f", where {module.only_if}" if module.only_if else ""
+    return f"{module.what}; {', '.join(module.models)}; built at {module.when}{where}"
 
 
 def _first_line(err: BaseException) -> str:
@@ -173,19 +195,30 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--head-dims", type=int, nargs="+", default=sorted({s.head_dim for s in QWEN25}),
                         help="build for the Qwen2.5 models with these head dims (64: 0.5B; 128: 1.5B, 3B, 7B)")
+    parser.add_argument("--only", nargs="+", metavar="KEY", help="build only these census modules (--list names them)")
     parser.add_argument("--list", action="store_true", help="print the modules it would build and exit")
     args = parser.parse_args(argv)
     try:
         modules = census(shapes_with_head_dims(args.head_dims))
     except ValueError as err:
         parser.error(str(err))
+    if args.only:
+        unknown = sorted(set(args.only) - {m.key for m in modules})
+        if unknown:
+            parser.error(f"--only {' '.join(unknown)}: not in the census for head dims "
+                         f"{' '.join(map(str, args.head_dims))} ({', '.join(m.key for m in modules)})")
+        modules = [m for m in modules if m.key in args.only]
     if args.list:
         for module in modules:
             print(f"{module.key}\t{module.library}\t{module.name}\t{describe(module)}")
         return 0
-    os.environ.setdefault("FLASHINFER_CUDA_ARCH_LIST", FLASHINFER_ARCH)  # before anything imports flashinfer
-    print(f"[jit_kernels] CUDA_HOME={os.environ.get('CUDA_HOME', '(unset)')}; {len(modules)} modules for "
-          f"head dims {' '.join(map(str, args.head_dims))}", flush=True)
+    asked = os.environ.get("FLASHINFER_CUDA_ARCH_LIST")
+    if asked not in (None, FLASHINFER_ARCH):
+        print(f"[jit_kernels] FLASHINFER_CUDA_ARCH_LIST={asked} ignored: SGLang's server on an H100 builds for "
+              f"{FLASHINFER_ARCH} whatever it says", flush=True)
+    os.environ["FLASHINFER_CUDA_ARCH_LIST"] = FLASHINFER_ARCH  # before anything imports flashinfer
+    print(f"[jit_kernels] {len(modules)} modules for head dims {' '.join(map(str, args.head_dims))}, sm_90 (H100, "
+          f"H200); {build_settings(os.environ)}", flush=True)
     start = time.monotonic()
     seconds, failed = build_all(modules)
     total = time.monotonic() - start
@@ -201,8 +234,9 @@ def main(argv: list[str] | None = None) -> int:
               "first error of each is above)", file=sys.stderr, flush=True)
         return 1
     print(f"[jit_kernels] all {len(modules)} modules compiled in {total:.0f} s", flush=True)
-    print("RESULT " + " ".join(f"gpu_kernel_{key}_seconds={value:.0f}" for key, value in seconds.items())
-          + f" gpu_kernel_compile_total_seconds={total:.0f}", flush=True)
+    whole = "" if args.only else f" gpu_kernel_compile_total_seconds={total:.0f}"  # the census's total, not a part's
+    print("RESULT " + " ".join(f"gpu_kernel_{key}_seconds={value:.0f}" for key, value in seconds.items()) + whole,
+          flush=True)
     return 0
 
 

@@ -11,6 +11,10 @@ Three parameters vary with the model: the head dim (RoPE and attention), and the
 row in the KV cache, kv_heads x head_dim x 2 (bf16), which SGLang's KV-store kernel is templated on. GQA groups
 (heads / kv_heads) of 4 or more make FlashInfer decode through the fa2 prefill module (tensor cores), so FlashInfer's
 plain decode module is never built for Qwen2.5.
+
+One module depends on the env rather than the model: FlashInfer's CUDA `norm` (RMSNorm) is compiled only where its
+CuTe DSL norm kernels do not import (nvidia-cutlass-dsl absent, as in an image that trims it) or
+FLASHINFER_USE_CUDA_NORM=1; with the lock's nvidia-cutlass-dsl the same calls run CuTe DSL kernels instead (`only_if`).
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ READ_FROM = {"sglang": "0.5.12", "flashinfer-python": "0.6.11.post1"}
 # FlashInfer's cache folder for an H100/H200: it builds for 9.0a there (flashinfer/compilation_context.py).
 FLASHINFER_ARCH_DIR = "90a"
 BF16_BYTES = 2
+# Module.only_if: FlashInfer falls back to its CUDA norm module (flashinfer/norm/__init__.py:71)
+CUDA_NORM = "FlashInfer's CuTe DSL norm kernels do not import (no nvidia-cutlass-dsl) or FLASHINFER_USE_CUDA_NORM=1"
 
 
 @dataclass(frozen=True)
@@ -66,6 +72,7 @@ class Module:
     what: str
     when: str
     models: tuple[str, ...] = ()
+    only_if: str = ""  # "": wherever the model runs; else the condition under which it is compiled (CUDA_NORM)
 
 
 _FI_PREFILL = ("batch_prefill_with_kv_cache_dtype_q_bf16_dtype_kv_bf16_dtype_o_bf16_dtype_idx_i32_head_dim_qk_{d}_"
@@ -76,7 +83,7 @@ OUTSIDE_GRAPH = ("an extend the piecewise CUDA graph does not take (more tokens 
 
 
 def modules_for(shape: ModelShape) -> list[Module]:
-    """The census for one model: five SGLang kernels and three FlashInfer modules."""
+    """The census for one model: five SGLang kernels and four FlashInfer modules (`norm` only where CUDA_NORM)."""
     d, row = shape.head_dim, shape.kv_row_bytes
     return [
         Module("activation", "activation", 0, "sglang", "sgl_kernel_jit_activation_bf16_t_true",
@@ -96,6 +103,8 @@ def modules_for(shape: ModelShape) -> list[Module]:
                f"FlashInfer ragged prefill, fa3, head dim {d}", OUTSIDE_GRAPH),
         Module("cascade", "cascade", 0, "flashinfer", "cascade",
                "FlashInfer merge_state (ragged + paged halves of an extend with a cached prefix)", OUTSIDE_GRAPH),
+        Module("norm", "norm", 0, "flashinfer", "norm", "FlashInfer RMSNorm and fused add + RMSNorm, CUDA, bf16",
+               "the first CUDA-graph capture", only_if=CUDA_NORM),
     ]
 
 
@@ -190,6 +199,16 @@ SOURCES: dict[str, tuple[Source, ...]] = {
         Source("sglang/srt/layers/attention/flashinfer_backend.py", 884, "o, _ = merge_state(o1, s1, o2, s2)"),
         Source("flashinfer/cascade.py", 37, "return gen_cascade_module().build_and_load()"),
     ),
+    "norm": (
+        Source("sglang/srt/models/qwen2.py", 235, "self.input_layernorm = RMSNorm("),
+        Source("sglang/srt/layers/layernorm.py", 259, "fused_add_rmsnorm(x, residual, self.weight.data"),
+        Source("sglang/srt/layers/layernorm.py", 261, "out = rmsnorm(x, self.weight.data, self.variance_epsilon)"),
+        Source("sgl_kernel/elementwise.py", 120, "return _flashinfer_norm.rmsnorm(input, weight, eps, out"),
+        Source("sgl_kernel/elementwise.py", 160, "_flashinfer_norm.fused_add_rmsnorm(input, residual, weight, eps"),
+        Source("flashinfer/norm/__init__.py", 71, "_USE_CUDA_NORM = True"),
+        Source("flashinfer/norm/__init__.py", 159, "get_norm_module().rmsnorm(out, input, weight, eps, enable_pdl)"),
+        Source("flashinfer/norm/__init__.py", 81, "return gen_norm_module().build_and_load()"),
+    ),
     "piecewise_graph": (
         Source("sglang/srt/server_args.py", 737, "disable_piecewise_cuda_graph: bool = False"),
         Source("sglang/srt/server_args.py", 1519, "piecewise_cuda_graph_max_tokens = self.chunked_prefill_size"),
@@ -203,6 +222,22 @@ SOURCES: dict[str, tuple[Source, ...]] = {
         Source("sglang/srt/model_executor/model_runner.py", 2900, "if ngram_embedding_info is None:"),
         Source("sglang/srt/layers/sampler.py", 129, "simple_sampling_case = ("),
         Source("sglang/srt/model_executor/model_runner.py", 2525, "if backend_str not in ["),
+    ),
+    "warm_cache": (  # what a build command holds, so what a warmed module must share with the node's first call
+        Source("sglang/jit_kernel/utils.py", 256, "major, minor = 0, 0"),
+        Source("sglang/jit_kernel/utils.py", 267, "os.environ[env_key] = get_jit_cuda_arch().target_name"),
+        Source("sglang/jit_kernel/utils.py", 283, "get_jit_cuda_arch().jit_flag,"),
+        Source("sglang/jit_kernel/utils.py", 312, "return get_jit_cuda_arch().major >= 9"),
+        Source("tvm_ffi/cpp/extension.py", 163, 'if "TVM_FFI_CUDA_ARCH_LIST" in os.environ:'),
+        Source("tvm_ffi/cpp/extension.py", 379, 'default_cuda_cflags = ["-std=c++17", "-O2"]'),
+        Source("tvm_ffi/cpp/extension.py", 420, 'ninja.append("nvcc = {}".format(str(Path(_find_cuda_home())'),
+        Source("tvm_ffi/cpp/extension.py", 670, '_maybe_write(str(build_dir / "build.ninja"), ninja_source)'),
+        Source("sglang/srt/model_executor/model_runner.py", 1391, "set_cuda_arch()"),
+        Source("sglang/srt/utils/common.py", 2646, 'os.environ["FLASHINFER_CUDA_ARCH_LIST"] = ('),
+        Source("flashinfer/jit/core.py", 283, "write_if_different(ninja_path, content)"),
+        Source("flashinfer/jit/core.py", 415, 'debug_env = os.environ.get("FLASHINFER_JIT_DEBUG")'),
+        Source("flashinfer/jit/core.py", 458, 'if os.environ.get("FLASHINFER_JIT_LINEINFO", "0") == "1":'),
+        Source("flashinfer/jit/cpp_ext.py", 127, 'sysconfig.get_path("include"),'),
     ),
     "tvm_ffi_cache_key": (
         Source("sglang/jit_kernel/utils.py", 205, "cuda_sources = [f'#include \"{path}\"' for path in cuda_files]"),

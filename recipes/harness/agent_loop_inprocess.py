@@ -48,9 +48,10 @@ def build_agent_loop(config, tokenizer, server, tools, loop_class=None):
 
 
 def row_kwargs(row: dict) -> dict:
-    """The per-sample kwargs verl passes to `run`, from one parquet row (as RLHFDataset would)."""
+    """The per-sample kwargs verl passes to `run`, from one parquet row (as RLHFDataset would: a row without tools
+    has no tools_kwargs)."""
     extra = row["extra_info"]
-    return {"raw_prompt": row["prompt"], "tools_kwargs": extra["tools_kwargs"], "extra_info": extra,
+    return {"raw_prompt": row["prompt"], "tools_kwargs": extra.get("tools_kwargs", {}), "extra_info": extra,
             "index": extra["index"], "data_source": row["data_source"], "reward_model": row["reward_model"],
             "agent_name": row["agent_name"]}
 

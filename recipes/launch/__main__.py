@@ -117,6 +117,10 @@ def train(launch: Launch, environ) -> int:
         print(f"[launch] trainer: {LEGACY_TRAINER_NOTE}", file=sys.stderr)
     for note in launch.notes:
         print(f"[launch] {note}", file=sys.stderr)
+    if OmegaConf.select(launch.config, "trainer.val_only"):  # an evaluation says what it scores, whatever the profile
+        from recipes.launch.algorithm import validation_line
+
+        print(f"[launch] evaluating {validation_line(launch.config)}", file=sys.stderr)
     return run_training(launch)
 
 

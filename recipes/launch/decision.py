@@ -151,7 +151,7 @@ def dry_run_lines(launch: Launch) -> list[str]:
     submitted = launch.mode == SUBMIT or launch.knobs.submit == "ray"
     lines = [f"# DRY_RUN=1: preflight passed, nothing started; the launch would run (profile "
              f"{launch.knobs.profile}{', submitted as a Ray job' if submitted else ''}):",
-             *plan_lines(launch.config, launch.config_file)]
+             *plan_lines(launch.config, launch.config_file, launch.overrides)]
     if submitted:
         from recipes.launch.ray_job import ENTRYPOINT
 

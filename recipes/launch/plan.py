@@ -9,6 +9,14 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from recipes.launch.algorithm import (
+    algorithm_line,
+    differences,
+    profile_of,
+    reference_config,
+    steps_text,
+    validation_line,
+)
 from recipes.preflight.checks import on_cpu_platform
 
 # Said once per launch: verl logs "Legacy trainer ... deprecated" at start, and the recipe chooses it on purpose.
@@ -56,15 +64,13 @@ def _batch(config: DictConfig) -> str:
         n, temperature = (_get(config, f"actor_rollout_ref.rollout.val_kwargs.{k}") for k in ("n", "temperature"))
         return f"validation only: {n} sample(s) per prompt at temperature {temperature}; {lengths}"
     prompts, n = _get(config, "data.train_batch_size"), _get(config, "actor_rollout_ref.rollout.n")
-    return (f"{prompts} prompts x {n} samples = {prompts * n} trajectories per step; PPO mini-batch "
-            f"{_get(config, 'actor_rollout_ref.actor.ppo_mini_batch_size')} prompts; {lengths}")
+    return f"{prompts} prompts x {n} samples = {prompts * n} trajectories per step; {lengths}"
 
 
 def _schedule(config: DictConfig) -> str:
     if _get(config, "trainer.val_only"):
         return "validation only (trainer.val_only): one pass over the validation data; nothing trained or saved"
-    steps = _get(config, "trainer.total_training_steps")
-    length = f"{steps} steps" if steps else f"{_get(config, 'trainer.total_epochs')} epoch(s)"
+    length = steps_text(config)
     test_freq, save_freq = _get(config, "trainer.test_freq"), _get(config, "trainer.save_freq")
     validation = f"validation every {test_freq} steps" if test_freq > 0 else "no validation during training"
     if save_freq > 0:  # verl saves when the step is a multiple of save_freq, and at the last step
@@ -95,12 +101,23 @@ def _outputs(config: DictConfig) -> str:
     return "; ".join(f"{key} {value}" for key, value in dirs.items())
 
 
-def plan_rows(config: DictConfig, config_file: str | None = None) -> list[tuple[str, str]]:
-    """(what, value) rows: model, data, tools, hardware, batch, schedule, tracing, outputs, trainer, config."""
+def plan_rows(config: DictConfig, config_file: str | None = None,
+              overrides: list[str] | None = None) -> list[tuple[str, str]]:
+    """(what, value) rows: model, data, tools, hardware, batch, algorithm, schedule, validate, differs (a profile
+    that changes the algorithm against the recipe's own, given the launch's overrides), tracing, outputs, trainer,
+    config."""
+    training = not _get(config, "trainer.val_only")
     rows = [("model", _model(config)),
             ("data", f"train {_get(config, 'data.train_files')}, validation {_get(config, 'data.val_files')}"),
-            ("tools", _tools(config)), ("hardware", _hardware(config)), ("batch", _batch(config)),
-            ("schedule", _schedule(config)), ("tracing", _tracing(config)), ("outputs", _outputs(config))]
+            ("tools", _tools(config)), ("hardware", _hardware(config)), ("batch", _batch(config))]
+    if training:
+        rows.append(("algorithm", algorithm_line(config)))
+    rows += [("schedule", _schedule(config)), ("validate", validation_line(config))]
+    reference = reference_config(overrides) if training and overrides else None
+    changed = differences(config, reference, profile_of(overrides)) if reference is not None else None
+    if changed:
+        rows.append(("differs", changed))
+    rows += [("tracing", _tracing(config)), ("outputs", _outputs(config))]
     if not _get(config, "trainer.use_v1"):
         rows.append(("trainer", LEGACY_TRAINER_NOTE))
     if config_file:
@@ -108,8 +125,8 @@ def plan_rows(config: DictConfig, config_file: str | None = None) -> list[tuple[
     return rows
 
 
-def plan_lines(config: DictConfig, config_file: str | None = None) -> list[str]:
-    return [f"#   {key:<10}{value}" for key, value in plan_rows(config, config_file)]
+def plan_lines(config: DictConfig, config_file: str | None = None, overrides: list[str] | None = None) -> list[str]:
+    return [f"#   {key:<10}{value}" for key, value in plan_rows(config, config_file, overrides)]
 
 
 def write_config(config: DictConfig, path: str) -> None:

@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     if not result.ok:
         return 1
     if args.print_plan:
-        print("\n".join(plan_lines(result.config, args.write_config)))
+        print("\n".join(plan_lines(result.config, args.write_config, args.overrides)))
     elif not OmegaConf.select(result.config, "trainer.use_v1"):
         print(f"[launch] trainer: {LEGACY_TRAINER_NOTE}", file=sys.stderr)
     return 0

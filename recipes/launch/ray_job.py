@@ -29,6 +29,7 @@ import yaml
 
 from recipes.constants import REPO_ROOT
 from recipes.credentials import wandb_api_key
+from recipes.launch.console import quiet_environment
 
 RUNTIME_ENV_FILE = REPO_ROOT / "config" / "ray_runtime_env.yaml"
 SECRETS_MODULE = "gsm8k_recipe_job_secrets"
@@ -74,7 +75,9 @@ def build_runtime_env(environ: dict[str, str], secrets_package: Path | None) -> 
     runtime_env = yaml.safe_load(RUNTIME_ENV_FILE.read_text())
     runtime_env["working_dir"] = str(REPO_ROOT)
     settings, _ = split_environment(environ)
-    runtime_env["env_vars"] = {**runtime_env.get("env_vars", {}), **settings}
+    # every worker on every node: they inherit the raylet's environment, not the launcher's (recipes/launch/console.py)
+    quiet = quiet_environment(environ, cluster=True)
+    runtime_env["env_vars"] = {**runtime_env.get("env_vars", {}), **quiet, **settings}
     if secrets_package is not None:
         runtime_env["py_modules"] = [str(secrets_package)]
         runtime_env["worker_process_setup_hook"] = f"{SECRETS_MODULE}.load"

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from recipes.constants import REPO_ROOT
+from recipes.launch.console import quiet_environment
 from recipes.launch.decision import Launch
 from recipes.launch.relays import RelayStartError, say_summaries, start_relays
 from recipes.signals import wait_for_child
@@ -49,7 +50,7 @@ def run_training(launch: Launch, out=None) -> int:
             relays = start_relays(launch.relay)
             print(f"[launch] Weave traces go through {relays.where}", file=out, flush=True)
         _start_watcher(launch, out)
-        env = {**os.environ, **(relays.env if relays else {}),
+        env = {**os.environ, **(relays.env if relays else {}), **quiet_environment(os.environ, launch.cluster),
                "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
         # ignored while it starts: main_ppo (and the Ray it starts) inherit the ignore, as a shell's background job
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -121,5 +122,8 @@ def raise_open_files_limit(out) -> None:
             break
         except (ValueError, OSError):
             continue
-    if resource.getrlimit(resource.RLIMIT_NOFILE)[0] < OPEN_FILES:
-        print(f"warning: could not raise the open-files limit to {OPEN_FILES}; Ray may run out", file=out)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < OPEN_FILES:
+        print(f"warning: open-files limit {soft} (hard limit {hard}), under the {OPEN_FILES} the launcher asks for: "
+              "a busy node can fail with 'Too many open files'; raise the hard limit before launching (`ulimit -Hn`, "
+              "/etc/security/limits.conf, or a container's --ulimit nofile=65535)", file=out)

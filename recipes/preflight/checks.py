@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -10,11 +12,13 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from recipes.constants import AGENT_NAME, REPO_ROOT
+from recipes.constants import AGENT_NAME, AGENT_NAME_NO_TOOLS, REPO_ROOT
 from recipes.credentials import has_wandb_credentials, wandb_host
 from recipes.preflight.jit_toolchain import check_jit_toolchain
+from recipes.preflight.prompt_lengths import check_prompt_lengths
 from recipes.preflight.report import Report
 from recipes.preflight.rollout_checks import check_lora_with_sglang, check_rollout_concurrency
+from recipes.preflight.sglang_model import check_sglang_model
 from recipes.preflight.storage import check_checkpoint_space, check_shared_outputs
 from recipes.preflight.versions import check_gpu_env
 
@@ -31,37 +35,58 @@ def _tool_names_in_yaml(path: str, report: Report) -> list[str] | None:
         return None
 
 
+def data_files(config: DictConfig) -> list[tuple[str, Path]]:
+    """(key, path) of every training and validation file the config names."""
+    out = []
+    for key in ("train_files", "val_files"):
+        files = OmegaConf.select(config, f"data.{key}")
+        out += [(key, Path(os.path.expanduser(f))) for f in ([files] if isinstance(files, str) else list(files or []))]
+    return out
+
+
 def check_data(config: DictConfig, tool_names: list[str] | None, report: Report) -> int | None:
-    """Returns the number of training rows (for sizing the run), None if unknown."""
+    """Returns the number of training rows (for sizing the run), None if unknown. Every file's rows must offer the
+    tools the tool config offers, and ask for the loop of their tool set; a validation file may instead hold
+    tools-off rows (tool set none, agent_name tool_agent_no_tools): the same model scored with tools off."""
     import pyarrow.parquet as pq
 
     train_rows = None
-    for key in ("train_files", "val_files"):
-        files = OmegaConf.select(config, f"data.{key}")
-        for file in [files] if isinstance(files, str) else list(files or []):
-            path = Path(os.path.expanduser(file))
-            if not path.is_file():
-                report.error(f"data.{key}: {path} not found; run `python data_prep/gsm8k.py --local_save_dir "
-                             f"{path.parent}` or set DATA_DIR")
-                continue
-            schema = pq.read_schema(path)
-            missing = [c for c in REQUIRED_COLUMNS if c not in schema.names]
-            if missing:
-                report.error(f"{path}: missing columns {missing}; re-run python data_prep/gsm8k.py")
-                continue
-            if key == "train_files":
-                train_rows = (train_rows or 0) + pq.read_metadata(path).num_rows
-            row = pq.read_table(path, columns=["agent_name", "extra_info"]).slice(0, 1).to_pylist()[0]
-            if row["agent_name"] != AGENT_NAME:
-                report.error(f"{path}: rows ask for agent_name {row['agent_name']!r}, "
-                             f"the recipe declares {AGENT_NAME!r}")
-            data_tools = sorted((row["extra_info"] or {}).get("tools_kwargs") or {})
-            data_set = (row["extra_info"] or {}).get("tool_set")
-            if tool_names is not None and data_tools != sorted(tool_names):
-                report.error(f"{path}: rows were prepared for tool set {data_set!r} (tools {data_tools}) but the tool "
-                             f"config offers {sorted(tool_names)}; re-run `python data_prep/gsm8k.py --tool_set "
-                             f"<set>` or set TOOL_SET={data_set}")
+    for key, path in data_files(config):
+        if not path.is_file():
+            report.error(f"data.{key}: {path} not found; run `python data_prep/gsm8k.py --local_save_dir "
+                         f"{path.parent}` or set DATA_DIR")
+            continue
+        schema = pq.read_schema(path)
+        missing = [c for c in REQUIRED_COLUMNS if c not in schema.names]
+        if missing:
+            report.error(f"{path}: missing columns {missing}; re-run python data_prep/gsm8k.py")
+            continue
+        if key == "train_files":
+            train_rows = (train_rows or 0) + pq.read_metadata(path).num_rows
+        row = pq.read_table(path, columns=["agent_name", "extra_info"]).slice(0, 1).to_pylist()[0]
+        data_tools = sorted((row["extra_info"] or {}).get("tools_kwargs") or {})
+        data_set = (row["extra_info"] or {}).get("tool_set")
+        loops = (AGENT_NAME,) if data_tools else (AGENT_NAME_NO_TOOLS, AGENT_NAME)  # the second: files made before
+        if row["agent_name"] not in loops:
+            report.error(f"{path}: rows ask for agent_name {row['agent_name']!r}, but rows of tool set {data_set!r} "
+                         f"run the recipe's {loops[0]!r}; re-run python data_prep/gsm8k.py")
+        tools_off_val = key == "val_files" and row["agent_name"] == AGENT_NAME_NO_TOOLS
+        if tool_names is not None and data_tools != sorted(tool_names) and not tools_off_val:
+            report.error(f"{path}: rows were prepared for tool set {data_set!r} (tools {data_tools}) but the tool "
+                         f"config offers {sorted(tool_names)}; re-run `python data_prep/gsm8k.py --tool_set "
+                         f"<set>` or set TOOL_SET={data_set}")
     return train_rows
+
+
+def asked_agent_loops(config: DictConfig) -> set[str]:
+    """The agent_name of the first row of each data file there is (data prep gives a file one loop)."""
+    import pyarrow.parquet as pq
+
+    names = set()
+    for _, path in data_files(config):
+        if path.is_file() and "agent_name" in pq.read_schema(path).names:
+            names |= set(pq.read_table(path, columns=["agent_name"]).slice(0, 1).column(0).to_pylist())
+    return names
 
 
 def looks_like_a_local_path(model: str) -> bool:
@@ -84,6 +109,24 @@ def check_model(config: DictConfig, report: Report) -> None:
     elif not (folder / "config.json").is_file():
         report.error(f"actor_rollout_ref.model.path: {model} has no config.json{where}: not a Hugging Face model "
                      "folder (scripts/export_checkpoint.py turns a checkpoint into one)")
+    else:
+        check_transformers_version(folder / "config.json", report)
+
+
+def check_transformers_version(config_file: Path, report: Report) -> None:
+    """transformers 5.x treats a local model folder whose config.json has no `transformers_version` as a possible
+    Mistral tokenizer and warns in every process that loads it, the SGLang server and each agent-loop worker,
+    that it "will lead to incorrect tokenization" (transformers/tokenization_utils_tokenizers.py, the
+    fix_mistral_regex check): a false alarm a user reads as a broken model. save_pretrained writes the field."""
+    try:
+        config = json.loads(config_file.read_text())
+    except (OSError, ValueError) as err:
+        report.error(f"{config_file} does not read as JSON ({type(err).__name__}: {err})")
+        return
+    if isinstance(config, dict) and not config.get("transformers_version"):
+        report.warn(f"{config_file} has no \"transformers_version\": transformers will warn in every worker that "
+                    "the tokenizer has an incorrect regex pattern (a false alarm for a non-Mistral model); add "
+                    f"\"transformers_version\": \"{importlib.metadata.version('transformers')}\" to it")
 
 
 def check_reward(config: DictConfig, report: Report) -> None:
@@ -94,7 +137,8 @@ def check_reward(config: DictConfig, report: Report) -> None:
                     "tool responses as if the model wrote them")
         return
     if not Path(path).is_file():
-        moved = " (the recipe's reward is recipes/rollout/reward.py now)" if path.endswith("recipes/reward.py") else ""
+        moved = Path(path).parts[-2:] == ("recipes", "reward.py")  # where it was before recipes/rollout/
+        moved = " (the recipe's reward is recipes/rollout/reward.py now)" if moved else ""
         report.error(f"reward.custom_reward_function.path: {path} not found{moved}")
         return
     spec = importlib.util.spec_from_file_location("_preflight_reward", path)
@@ -115,8 +159,9 @@ def check_agent_loops(config: DictConfig, report: Report) -> None:
         return
     entries = OmegaConf.load(path)
     names = [entry.name for entry in entries]
-    if AGENT_NAME not in names:
-        report.error(f"{path} does not declare {AGENT_NAME!r}, the agent_name of every row")
+    for name in sorted({AGENT_NAME} | asked_agent_loops(config)):
+        if name not in names:
+            report.error(f"{path} does not declare {name!r}, the agent_name the data's rows ask for")
     for entry in entries:
         module_name, _, cls = entry._target_.rpartition(".")
         try:
@@ -236,6 +281,8 @@ def run_all(config: DictConfig, launch: bool = False, submit: bool = False,
     check_agent_loops(config, report)
     check_modules_are_ours(report)
     check_tracing(config, report)
+    check_prompt_lengths(config, report)
+    check_sglang_model(config, report)
     check_lora_with_sglang(config, report)
     check_rollout_concurrency(config, report)
     check_shared_outputs(config, report)

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from recipes.gpu_env.kernel_census import FLASHINFER_ARCH_DIR, QWEN25, Module, census, modules_for, shape_of
+from recipes.gpu_env.kernel_census import CUDA_NORM, FLASHINFER_ARCH_DIR, QWEN25, Module, census, modules_for, shape_of
 from recipes.gpu_env.sglang_patch import HEADER, header_is_patched
 
 # torch 2.11.0 and sglang-kernel in the lock are CUDA 13.0 builds; the lock's nvidia-cuda-nvcc is 13.0.
@@ -151,6 +151,21 @@ def launch_census(model: str) -> list[Module]:
     return census([shape]) if shape in QWEN25 else [replace(m, models=(model,)) for m in modules_for(shape)]
 
 
+def flashinfer_cuda_norm(environ: Mapping[str, str]) -> bool:
+    """Whether FlashInfer will compile its CUDA norm module here: where its CuTe DSL norm kernels do not import (no
+    `cutlass` from nvidia-cutlass-dsl) or FLASHINFER_USE_CUDA_NORM=1 (flashinfer/norm/__init__.py:56-71). Found
+    without importing cutlass."""
+    import importlib.util
+
+    return environ.get("FLASHINFER_USE_CUDA_NORM", "0") == "1" or importlib.util.find_spec("cutlass") is None
+
+
+def needed_here(modules: list[Module], environ: Mapping[str, str], cuda_norm: bool | None = None) -> list[Module]:
+    """The census modules this env compiles at first use (those with a condition only where it holds)."""
+    cuda_norm = flashinfer_cuda_norm(environ) if cuda_norm is None else cuda_norm
+    return [m for m in modules if m.only_if != CUDA_NORM or cuda_norm]
+
+
 def flashinfer_aot_dirs() -> tuple[Path, ...]:
     """Where FlashInfer looks for prebuilt modules (flashinfer/jit/env.py): the flashinfer-jit-cache package's
     jit_cache folder, else flashinfer's own data/aot. Found without importing either."""
@@ -180,5 +195,5 @@ def check_jit_toolchain(report, environ: Mapping[str, str] | None = None, flashi
     sglang_dir = Path(spec.origin).resolve().parent if spec and spec.origin else None  # as SGLang's JIT names it
     for ok, line in (compiler_line(environ), host_compiler_line(environ), sglang_header_line(sglang_dir)):
         (report.note if ok else report.error)(line)
-    modules = launch_census(model) if model else None
+    modules = needed_here(launch_census(model) if model else census(), environ)
     report.note(jit_cache_line(environ, flashinfer_version, modules, sglang_dir, flashinfer_aot_dirs()))

@@ -2,7 +2,8 @@
 shows that score on the trajectory's trace.
 
 Declared in config/agent_loop.yaml under the name `tool_agent` (the rows' agent_name), which replaces verl's
-registry entry of that name inside the workers. Rollouts run exactly as with ToolAgentLoop; then, for EVERY
+registry entry of that name inside the workers; `NoToolsAgentLoop`, the same loop offering no tools, under
+`tool_agent_no_tools` (rows of the tool set "none"). Rollouts run exactly as with ToolAgentLoop; then, for EVERY
 trajectory, the loop
 - splits the response where verl's response mask changes (the model's turns vs tool turns) and scores what the
   model wrote with the reward function the config names (recipes/rollout/score.py);
@@ -71,3 +72,13 @@ class ScoredToolAgentLoop(ToolAgentLoop):
                 "final_answer": final_answer(messages), "num_turns": output.num_turns,
                 "num_tool_results": sum(m["role"] == "tool" for m in messages),
                 "num_tool_errors": count_tool_errors(tool_text), "messages": messages}
+
+
+class NoToolsAgentLoop(ScoredToolAgentLoop):
+    """The recipe's loop offering no tools, for rows of the tool set "none" (agent_name tool_agent_no_tools): no
+    tool block in the prompt, and a call the model writes anyway gets verl's "Unknown function" answer and costs a
+    turn, as in a run whose tool config is empty. So one launch that offers the calculator can also validate the
+    same model with tools off, beside the tools-on rows."""
+
+    def __init__(self, *args, tools=None, **kwargs):  # noqa: ARG002 - the worker's tools are not offered here
+        super().__init__(*args, tools=None, **kwargs)

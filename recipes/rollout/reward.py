@@ -14,8 +14,12 @@ Knobs (reward.custom_reward_function.reward_kwargs):
   so spamming calls earns nothing more.
 
 Besides the score: strict and flexible correctness, whether a `####` answer was given, the tool calls (well-formed
-and malformed) and `ref_ops`, the operations the row's reference solution works through (its GSM8K `<<...>>`
-annotations), by which the evaluation summary breaks accuracy down.
+and malformed, and whether there was one), `ref_ops`, the operations the row's reference solution works through (its
+GSM8K `<<...>>` annotations), by which the evaluation summary breaks accuracy down, the trajectory's turns and the
+row's tool set (which splits a validation dump of tools-on and tools-off rows).
+
+Rows of either data source are scored: `openai/gsm8k` and the tools-off rows' `openai/gsm8k_no_tools`
+(recipes/constants.py), the same questions and answers.
 """
 
 from __future__ import annotations
@@ -25,17 +29,20 @@ from recipes.answers import (
     ACC_FLEXIBLE,
     ACC_STRICT,
     BAD_TOOL_CALLS,
+    CALLED_TOOL,
     FORMAT_OK,
     PRED,
     REF_OPS,
     SCORE,
     TOOL_BONUS,
     TOOL_CALLS,
+    TOOL_SET,
+    TURNS,
     answers_match,
     extract_answer,
     reference_ops,
 )
-from recipes.constants import DATA_SOURCE
+from recipes.constants import DATA_SOURCE, DATA_SOURCE_NO_TOOLS
 from recipes.trajectory import count_tool_calls, offered_tools
 
 
@@ -48,8 +55,9 @@ def compute_score(
     tool_call_bonus: float = 0.0,
     **kwargs,
 ) -> dict:
-    if data_source != DATA_SOURCE:
-        raise ValueError(f"recipes/rollout/reward.py scores {DATA_SOURCE!r} rows only, got data_source={data_source!r}")
+    if data_source not in (DATA_SOURCE, DATA_SOURCE_NO_TOOLS):
+        raise ValueError(f"recipes/rollout/reward.py scores {DATA_SOURCE!r} and {DATA_SOURCE_NO_TOOLS!r} rows only, "
+                         f"got data_source={data_source!r}")
     if method not in ("strict", "flexible"):
         raise ValueError(f"reward_kwargs.method must be 'strict' or 'flexible', not {method!r}")
     strict_pred = extract_answer(solution_str, "strict")
@@ -71,4 +79,7 @@ def compute_score(
         TOOL_BONUS: bonus,
         REF_OPS: reference_ops((extra_info or {}).get("answer")),  # the row's reference steps (<<expr=value>>)
         PRED: (strict_pred if method == "strict" else flexible_pred) or "",
+        CALLED_TOOL: float(good_calls > 0),
+        TURNS: int((extra_info or {}).get("num_turns") or 0),  # the agent loop's (recipes/rollout/score.py)
+        TOOL_SET: str((extra_info or {}).get("tool_set") or ""),
     }

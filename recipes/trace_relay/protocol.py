@@ -176,7 +176,7 @@ def _with_id(start: dict) -> dict:
 
 def _feedback_answer(item: dict) -> dict:
     item["id"] = item.get("id") or str(uuid.uuid4())
-    return {"id": item["id"], "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+    return {"id": item["id"], "created_at": datetime.datetime.now(datetime.UTC).isoformat(),
             "wb_user_id": item.get("wb_user_id") or "", "payload": item.get("payload") or {}}
 
 

@@ -34,7 +34,7 @@ class TraceFlusher:
         try:
             await asyncio.wait_for(asyncio.shield(self._running), self.timeout_s)
             return True
-        except asyncio.TimeoutError:
+        except TimeoutError:
             logger.warning("Weave traces not flushed within %.0f s (W&B slow or unreachable); training goes on, "
                            "weave keeps sending in the background.", self.timeout_s)
         except Exception as err:  # a broken trace client must not fail a rollout step

@@ -1,4 +1,4 @@
-"""Learning broken on purpose (issue 19, item 4): the recipe's reward with its sign flipped. Under GRPO, -score
+"""Learning broken on purpose: the recipe's reward with its sign flipped. Under GRPO, -score
 gives every rollout exactly the negated advantage (the group mean flips, the group std stays), so a run with it
 must LOSE accuracy where the real reward gains it. Select with
 reward.custom_reward_function.path=<repo>/tests/testkit/flipped_reward.py (name compute_score)."""

@@ -1,11 +1,13 @@
 """Benchmark: CI time, what `.ci/run` (= `bash scripts/run_tests.sh`) takes on a fresh clone of this repo's HEAD.
 
     python scripts/bench_ci.py [--runs 1] | python scripts/record_measured.py
+    python scripts/bench_ci.py --quick     # one small test file in the clone, this env's python: that it runs
 
 Each run clones HEAD into a temporary folder (committed files only, no .venv: what CI sees; ../shared linked
-beside it, as beside CI's checkout), runs .ci/run there and times it from its output: install (until pytest's
-session header), pytest, and inside pytest the end-to-end file (`tests/test_e2e_cpu.py`, from pytest's
---durations). About 10 minutes per run on 2 cores.
+beside it when there, for the tests on the full GSM8K), runs .ci/run there with no PYTHON and no active venv (so it
+builds the clone's own env) and times it from its output: install (until pytest's session header), pytest, and
+inside pytest the end-to-end file (`tests/test_e2e_cpu.py`, from pytest's --durations). Time per run:
+docs/measured.md (ci_minutes).
 Last line: `RESULT ci_minutes=<v> ci_install_minutes=<v> ci_pytest_minutes=<v> ci_e2e_minutes=<v> tests_passed=<n>`,
 one value per run, comma-separated.
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -24,6 +27,7 @@ from pathlib import Path
 from recipes.constants import REPO_ROOT, SHARED_DIR
 
 E2E_FILE = "tests/test_e2e_cpu.py"
+QUICK_TEST = "tests/test_calculator.py"  # seconds, no fixture beyond the repo itself
 SESSION_START = re.compile(r"^=+ test session starts =+$")
 DURATION = re.compile(r"^\s*([0-9.]+)s (?:setup|call|teardown)\s+(\S+?)::")
 PASSED = re.compile(r"\b(\d+) passed\b")
@@ -36,8 +40,10 @@ def one_run(command: str) -> dict[str, float]:
         # the shared data beside the repo, as beside CI's checkout: without it the real-GSM8K tests skip
         if SHARED_DIR.is_dir():
             (Path(tmp) / SHARED_DIR.name).symlink_to(SHARED_DIR)
-        # every duration over 1 s, so the end-to-end file's setup (its module fixture runs main_ppo) is listed
-        env = {**os.environ, "PYTEST_ADDOPTS": "--durations=0 --durations-min=1"}
+        # every duration over 1 s, so the end-to-end file's setup (its module fixture runs main_ppo) is listed;
+        # no interpreter chosen: the clone's scripts build and use its own env, as on a fresh machine
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHON", "VIRTUAL_ENV", "_RECIPE_PYTHON_SAID")}
+        env["PYTEST_ADDOPTS"] = "--durations=0 --durations-min=1"
         start = time.monotonic()
         pytest_start = None
         e2e_seconds, passed = 0.0, 0
@@ -65,11 +71,14 @@ def shown(value: float) -> str:
     return str(value) if isinstance(value, int) else f"{value:.1f}"
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runs", type=int, default=1)
     p.add_argument("--command", default="bash .ci/run", help="what CI runs, in the clone (default: %(default)s)")
-    args = p.parse_args()
+    p.add_argument("--quick", action="store_true", help="--runs 1 with a small test file for --command")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.runs, args.command = 1, f"{shlex.quote(sys.executable)} -m pytest {QUICK_TEST}"
     runs = []
     for i in range(args.runs):
         try:

@@ -1,6 +1,7 @@
 """Benchmark: full GSM8K data prep from local files, as a user runs it (a fresh process each time).
 
-    python scripts/bench_data_prep.py [--input_dir ../shared/data/gsm8k] [--runs 5]
+    python scripts/bench_data_prep.py --input_dir DIR [--runs 5]    # DIR: GSM8K's train/test.jsonl (or GSM8K_DIR)
+    python scripts/bench_data_prep.py --quick        # 1 run on the bundled sample: that it runs, not a figure
 
 Target: median <= 15 s on 2 CPU cores. Last line: `RESULT data_prep_seconds=<median>`.
 """
@@ -8,6 +9,7 @@ Target: median <= 15 s on 2 CPU cores. Last line: `RESULT data_prep_seconds=<med
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -15,19 +17,25 @@ import tempfile
 import time
 from pathlib import Path
 
-from recipes.constants import REPO_ROOT, SHARED_GSM8K_DIR
+from data_prep.sources import SAMPLE_DIR
+from recipes.constants import REPO_ROOT
 
 TARGET_SECONDS = 15.0
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--input_dir", default=str(SHARED_GSM8K_DIR))
+    p.add_argument("--input_dir", default=os.environ.get("GSM8K_DIR", ""),
+                   help="GSM8K's {train,test}.jsonl (default: $GSM8K_DIR)")
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--tool_set", default="both", help="the widest rows (both tools' kwargs)")
-    args = p.parse_args()
-    if not (Path(args.input_dir) / "train.jsonl").is_file():
-        print(f"no GSM8K train.jsonl in {args.input_dir}; pass --input_dir", file=sys.stderr)
+    p.add_argument("--quick", action="store_true", help="--runs 1 on data_prep/gsm8k_sample")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.runs, args.input_dir = 1, str(SAMPLE_DIR)
+    if not args.input_dir or not (Path(args.input_dir) / "train.jsonl").is_file():
+        print(f"no GSM8K train.jsonl in {args.input_dir or '(no folder given)'}: pass --input_dir DIR or set "
+              "GSM8K_DIR", file=sys.stderr)
         return 2
 
     times = []

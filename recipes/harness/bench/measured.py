@@ -4,6 +4,7 @@
     python scripts/bench_ci.py | python scripts/record_measured.py              # CI time on a fresh clone
     echo 'RESULT smoke_cpu_ram_gb=11.5' | python scripts/record_measured.py     # a figure measured by hand
     echo 'RESULT new_figure=3.2' | python scripts/record_measured.py --how "..." --target "..."   # a new row
+    echo 'RESULT gpu_figure=1.6' | python scripts/record_measured.py --machine "one H100" --commit abc1234  # elsewhere
     echo 'RESULT figure=4.1' | python scripts/record_measured.py --how "..."     # re-measured another way
     python scripts/record_measured.py --drop old_figure                         # a figure nothing measures now
     python scripts/record_measured.py --reword figure --target "..."            # its words only, not re-measured
@@ -29,17 +30,20 @@ PAGE = REPO_ROOT / "docs" / "measured.md"
 
 HEADER = """# Measured figures
 
-Every figure the docs cite from a measurement lives on this page and only here; the other pages link to its rows
-(`measured.md#<figure>`). The page is written by `scripts/record_measured.py`, never by hand: run the command in a
+Every time, speed, memory and size figure the docs and the scripts cite lives on this page and only here: they link
+to its rows (`measured.md#<figure>`) instead of restating them. What runs scored (accuracies) is on the
+[results](results.md) page. This page is written by `scripts/record_measured.py`, never by hand: run the command in a
 row's "how" column and pipe its output into the script, which takes the `RESULT name=value` lines and rewrites those
 rows' value and "recorded" cells. Updating a figure therefore changes this page only.
 
 ```bash
-python scripts/bench_trace.py | python scripts/record_measured.py
+python scripts/bench_calculator.py | python scripts/record_measured.py
 python scripts/bench_ci.py | python scripts/record_measured.py      # CI time: .ci/run on a fresh clone
 ```
 
-A value with commas holds one figure per run; `a-b` is the range over runs recorded before the script existed.
+A value with commas holds one figure per run; `a-b` is the range over runs recorded before the script existed. A
+figure holds for the commit in its "recorded" cell (or the one its "how" names); the code may have changed since.
+A target is what the recipe is built to stay within; a run over it is recorded as measured.
 """
 TABLE_HEAD = "| figure | value | target | how it is measured | recorded |\n|---|---|---|---|---|\n"
 ROW = re.compile(r'^\| <a id="(?P<name>\w+)"></a>`(?P=name)` \| (?P<value>[^|]*?) \| (?P<target>[^|]*?) \| '
@@ -99,10 +103,10 @@ def parse_results(lines) -> dict[str, str]:
     return found
 
 
-def where_recorded(machine: str | None) -> str:
-    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True,
-                            text=True).stdout.strip() or "no git"
+def where_recorded(machine: str | None, commit: str | None = None) -> str:
+    date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
+    commit = commit or subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True,
+                                      text=True).stdout.strip() or "no git"
     return f"{date} at {commit}, {machine or f'{os.cpu_count()} CPU cores'}"
 
 
@@ -150,6 +154,7 @@ def main(argv: list[str] | None = None, stdin=None) -> int:
                    help="rewrite a figure's how and/or target (--how, --target) without re-measuring it: its value "
                         "and recorded cells stay; repeatable")
     p.add_argument("--machine", help="what it ran on (default: this machine's CPU core count)")
+    p.add_argument("--commit", help="the commit that was measured, when not this checkout's HEAD (a run elsewhere)")
     p.add_argument("--check", action="store_true", help="only check the page is exactly as this script writes it")
     args = p.parse_args(argv)
     try:
@@ -179,7 +184,7 @@ def main(argv: list[str] | None = None, stdin=None) -> int:
         if not results:
             print("record_measured: no `RESULT name=value` line in the input; nothing recorded", file=sys.stderr)
             return 1
-        figures = record(figures, results, where_recorded(args.machine), args.how, args.target)
+        figures = record(figures, results, where_recorded(args.machine, args.commit), args.how, args.target)
     except (OSError, PageError) as e:
         print(f"record_measured: {e}", file=sys.stderr)
         return 1

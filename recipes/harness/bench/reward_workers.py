@@ -7,6 +7,7 @@ tokenizer in place of the hub's, waits until each has loaded its tokenizer and t
 actor process's memory. On a GPU node they are the same processes (CPU only, no GPU memory).
 
     python scripts/bench_reward_workers.py [--workers 8]
+    python scripts/bench_reward_workers.py --quick    # one worker: that it runs (CI), not a figure to record
 
 Last line: `RESULT reward_workers=<n> reward_workers_rss_mb=<sum of RSS> reward_workers_pss_mb=<sum of PSS>
 reward_workers_start_s=<seconds until all were ready>`.
@@ -21,10 +22,13 @@ import time
 os.environ.setdefault("WANDB_ERROR_REPORTING", "false")
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workers", type=int, default=8, help="verl's default reward.num_workers")
-    args = p.parse_args()
+    p.add_argument("--quick", action="store_true", help="--workers 1")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.workers = 1
 
     import psutil
     import ray

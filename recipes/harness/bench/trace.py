@@ -6,6 +6,7 @@ tracer, and traced the way verl logs by default (token-id lists included). Times
 event loop that runs the rollouts, i.e. what the agent-loop worker pays.
 
     python scripts/bench_trace.py [--rollouts 32] [--reasoning_tokens 400]
+    python scripts/bench_trace.py --quick       # 2 short rollouts: that it runs (CI), not a figure to record
 
 Target: <= 5 ms per traced call. Last line:
 `RESULT trace_ms_per_call=<v> untraced_ms_per_call=<v> verl_default_ms_per_call=<v>`.
@@ -18,24 +19,21 @@ import asyncio
 import os
 import sys
 import time
+from unittest import mock
 
 # before weave is imported: no error reports, no runs, no links printed
 os.environ.setdefault("WANDB_ERROR_REPORTING", "false")
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WEAVE_PRINT_CALL_LINK", "false")
 
-from data_prep.gsm8k_rows import SourceRecord, build_row  # noqa: E402
 from recipes.constants import CALCULATOR  # noqa: E402
-from recipes.harness import agent_loop_inprocess as harness  # noqa: E402
-from recipes.harness.qwen_tokenizer import load_qwen25_tokenizer  # noqa: E402
-from recipes.harness.standins.scripted_llm import ScriptedLLM, tool_call  # noqa: E402
-from recipes.harness.standins.weave_memory_server import install_memory_weave_client  # noqa: E402
-from recipes.tool_sets import get_tool_set  # noqa: E402
 
 TARGET_MS = 5.0
 
 
 def script(reasoning_tokens: int) -> list[str]:
+    from recipes.harness.standins.scripted_llm import tool_call
+
     sentence = "She sold 48 clips, then half as many, so we add the two amounts."
     reasoning = " ".join([sentence] * (reasoning_tokens // 16))
     return [f"{reasoning}\n{tool_call(CALCULATOR, expression='48/2')}",
@@ -46,6 +44,8 @@ def script(reasoning_tokens: int) -> list[str]:
 async def run_all(config, tok, tools, rows, turns, traced: bool):
     from verl.utils.rollout_trace import rollout_trace_attr
 
+    from recipes.harness import agent_loop_inprocess as harness
+    from recipes.harness.standins.scripted_llm import ScriptedLLM
     from recipes.rollout.agent_loop import ScoredToolAgentLoop
 
     llm = ScriptedLLM(tok, lambda prompt: turns)
@@ -67,14 +67,23 @@ def timed(label, config, tok, tools, rows, turns, traced, server=None):
     return seconds
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rollouts", type=int, default=32)
     p.add_argument("--reasoning_tokens", type=int, default=400, help="tokens of reasoning per assistant turn")
-    args = p.parse_args()
+    p.add_argument("--quick", action="store_true", help="--rollouts 2 --reasoning_tokens 48: that it runs, in seconds")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.rollouts, args.reasoning_tokens = 2, 48
 
+    # heavy imports after the arguments: --help stays instant
     from verl.utils.rollout_trace import RolloutTraceConfig
 
+    from data_prep.gsm8k_rows import SourceRecord, build_row
+    from recipes.harness import agent_loop_inprocess as harness
+    from recipes.harness.qwen_tokenizer import load_qwen25_tokenizer
+    from recipes.harness.standins.weave_memory_server import install_memory_weave_client
+    from recipes.tool_sets import get_tool_set
     from recipes.tracing import shaping as tracing
 
     tok = load_qwen25_tokenizer()
@@ -98,13 +107,12 @@ def main() -> int:
     # verl's default: the raw weave client, token-id lists in every input and output
     server_raw, client_raw = install_memory_weave_client("bench-trace-raw")
     RolloutTraceConfig.get_instance().client = client_raw
-    original_install = tracing.install_text_only_tracer
-    tracing.install_text_only_tracer = lambda tokenizer=None: True  # keep the raw client for this run
     import recipes.rollout.agent_loop as loop_module
 
-    loop_module.install_text_only_tracer = tracing.install_text_only_tracer
-    raw = timed("traced, verl default", config, tok, tools, rows, turns, traced=True, server=server_raw)
-    loop_module.install_text_only_tracer = tracing.install_text_only_tracer = original_install
+    # keep the raw client for this run: the recipe's tracer is not installed (whatever arguments the loop passes)
+    with mock.patch.object(tracing, "install_text_only_tracer", return_value=True) as keep_raw, \
+            mock.patch.object(loop_module, "install_text_only_tracer", keep_raw):
+        raw = timed("traced, verl default", config, tok, tools, rows, turns, traced=True, server=server_raw)
     client_raw.flush()
 
     per_call = (traced - untraced) * 1e3 / n_calls

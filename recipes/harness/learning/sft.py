@@ -1,4 +1,4 @@
-"""SFT warm start for the CPU learning check: plain torch on transcripts rendered as verl's agent loop renders them
+"""SFT warm start for the learning checks: plain torch on transcripts rendered as verl's agent loop renders them
 (recipes/harness/learning/transcripts.py), loss on assistant tokens only. In each transcript drawn, every step goes
 through the calculator with probability --tool_fraction; at the first step that does not, the answer comes straight
 away (a one-step problem: the call, or the answer at once). So the warm start uses the tool only some of the time,
@@ -7,11 +7,12 @@ calling it for every step, pays is left for GRPO to learn. --max_depth leaves de
 
     python -m recipes.harness.learning.sft --model_dir /tmp/m0 --data_dir /tmp/data --out_dir /tmp/m_sft --steps 600
 
-Saves the model in fp32 with save_pretrained (and the tokenizer) into --out_dir; --save_every N also writes
-<out_dir>/step_<N> folders, to choose the SFT budget by evaluating each. With --converged_loss X it stops at the end
-of the tool-only phase, saves nothing and exits NOT_CONVERGED (3) when the phase's last --log_every steps averaged a
-loss above X: a start that has not learned to copy the tool's result leaves GRPO nothing to reinforce, and a fresh
-init does better than more steps (scripts/learn_cpu.sh restarts).
+--device cuda trains on the GPU (the GPU learning check; the same steps with other kernels: another warm start than
+the CPU's of the same seed). Saves the model in fp32 with save_pretrained (and the tokenizer) into --out_dir;
+--save_every N also writes <out_dir>/step_<N> folders, to choose the SFT budget by evaluating each. With
+--converged_loss X it stops at the end of the tool-only phase, saves nothing and exits NOT_CONVERGED (3) when the
+phase's last --log_every steps averaged a loss above X: a start that has not learned to copy the tool's result leaves
+GRPO nothing to reinforce, and a fresh init does better than more steps (the learning checks restart).
 """
 
 from __future__ import annotations
@@ -81,12 +82,15 @@ def train(args) -> dict:
     import torch
     from transformers import AutoModelForCausalLM
 
-    torch.set_num_threads(args.threads)
+    if args.device == "cpu":
+        torch.set_num_threads(args.threads)  # part of the CPU warm start's arithmetic
     torch.manual_seed(args.seed)
     rng = random.Random(args.seed)
     tok, examples = load_examples(Path(args.model_dir), Path(args.data_dir), args.max_depth)
-    model = AutoModelForCausalLM.from_pretrained(args.model_dir, torch_dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(args.model_dir, dtype=torch.float32).to(args.device)
     model.train()
+    print(f"[sft] on {args.device}{f' ({torch.cuda.get_device_name()})' if args.device == 'cuda' else ''}: "
+          f"{len(examples)} rows, {args.steps} steps x {args.batch_size}", flush=True)
     optim = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay, betas=(0.9, 0.98),
                               foreach=True)
     out = Path(args.out_dir)
@@ -98,7 +102,7 @@ def train(args) -> dict:
         fraction = 1.0 if step < args.tool_only_steps else args.tool_fraction
         batch = pick_transcripts([examples[i] for i in order[: args.batch_size]], fraction, rng)
         order = order[args.batch_size :]
-        ids, attention, labels = batch_tensors(batch, tok.pad_token_id)
+        ids, attention, labels = (t.to(args.device) for t in batch_tensors(batch, tok.pad_token_id))
         for group in optim.param_groups:
             group["lr"] = lr_at(step, args.schedule_steps or args.steps, args.lr, args.warmup)
         loss = model(input_ids=ids, attention_mask=attention, labels=labels).loss
@@ -106,8 +110,9 @@ def train(args) -> dict:
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optim.step()
-        loss_sum, tokens = loss_sum + loss.item(), tokens + int(attention.sum())
-        recent.append(loss.item())
+        step_loss = loss.item()
+        loss_sum, tokens = loss_sum + step_loss, tokens + int(attention.sum())
+        recent.append(step_loss)
         if args.converged_loss and step + 1 == args.tool_only_steps:
             phase_loss = sum(recent) / len(recent)
             verdict = "converged" if phase_loss <= args.converged_loss else "NOT converged"
@@ -159,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="exit NOT_CONVERGED (3), saving nothing, if the tool-only phase ends above this mean loss "
                         "(0: no check)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--threads", type=int, default=2, help="torch's CPU threads (--device cpu)")
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     p.add_argument("--log_every", type=int, default=50)
     p.add_argument("--save_every", type=int, default=0)
     args = p.parse_args(argv)
@@ -167,6 +173,11 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--tool_fraction must be in [0, 1], not {args.tool_fraction}")
     if args.converged_loss and not 0 < args.tool_only_steps <= args.steps:
         p.error("--converged_loss judges the tool-only phase: give --tool_only_steps in 1..--steps")
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            p.error("--device cuda: torch sees no CUDA GPU here; train with --device cpu")
     return 0 if train(args)["converged"] else NOT_CONVERGED
 
 

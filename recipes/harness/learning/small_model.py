@@ -1,4 +1,4 @@
-"""A small tokenizer and a ~1M-parameter Qwen2 model, built offline, for the CPU learning check.
+"""A small tokenizer and a sub-1M-parameter Qwen2 model, built offline, for the learning checks.
 
 Qwen's 151k-token vocabulary makes a tiny model almost all embedding, and verl computes full-vocabulary logits at
 every position; a vocabulary of ~1k tokens cuts that cost by two orders of magnitude. The tokenizer keeps what the
@@ -29,6 +29,14 @@ VOCAB_SIZE = 1024  # BPE target, added tokens included
 # but not the second, for 4 of 6 inits; 8 heads got 2 of those inits through in the same 2000 steps.
 MODEL_SHAPE = {"hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 8,
                "num_key_value_heads": 8, "max_position_embeddings": 1024}
+# The GPU learning check's model (scripts/learn_gpu.sh), ~0.66M parameters: the same width, with attention SGLang's
+# and FlashInfer's kernels serve. head_dim 64 (FlashInfer dispatches 64/128/256/512; 16 is refused, and the GPU kit
+# prebuilds FlashInfer's modules for 64), set explicitly: q/o project 128 <-> 8 x 64. 2 KV heads: a GQA group of 4,
+# so SGLang decodes through FlashInfer's tensor-core module like Qwen2.5-0.5B (group 7), and its KV-cache row is
+# 2 x 64 x 2 bytes = 256 like the 0.5B's: the first-use kernels are exactly the 1-GPU smoke's. On CPU it learns the
+# one-step task with the CPU check's recipe unchanged (seed 0: +50 points in 20 GRPO steps).
+SGLANG_SHAPE = {**MODEL_SHAPE, "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 64}
+SHAPES = {"cpu": MODEL_SHAPE, "sglang": SGLANG_SHAPE}
 
 
 def fixed_pieces(render, rows: list[dict]) -> list[str]:
@@ -135,19 +143,28 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data_dir", required=True, help="the output of data_prep/gsm8k.py (train.parquet)")
     p.add_argument("--out_dir", required=True)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--shape", default="cpu", choices=sorted(SHAPES),
+                   help="cpu: the CPU check's (8 heads of 16); sglang: 8 heads of 64, 2 KV heads (SGLang serves it)")
     p.add_argument("--hidden_size", type=int, default=MODEL_SHAPE["hidden_size"],
-                   help="width (the MLP is twice as wide); 8 heads of hidden_size/8")
+                   help="width (the MLP is twice as wide); the cpu shape's 8 heads are hidden_size/8 wide")
     p.add_argument("--layers", type=int, default=MODEL_SHAPE["num_hidden_layers"])
     args = p.parse_args(argv)
     if args.hidden_size % MODEL_SHAPE["num_attention_heads"] or args.layers < 1:
         p.error(f"--hidden_size must be a multiple of {MODEL_SHAPE['num_attention_heads']} and --layers at least 1")
-    shape = {**MODEL_SHAPE, "hidden_size": args.hidden_size, "intermediate_size": 2 * args.hidden_size,
+    shape = {**SHAPES[args.shape], "hidden_size": args.hidden_size, "intermediate_size": 2 * args.hidden_size,
              "num_hidden_layers": args.layers}
     out = Path(args.out_dir)
     out.parent.mkdir(parents=True, exist_ok=True)
     params = build(Path(args.data_dir), out, args.seed, shape)
-    print(f"[small_model] {params:,} parameters (fp32) and tokenizer -> {out}")
+    print(f"[small_model] {describe(shape)}: {params:,} parameters (fp32) and tokenizer -> {out}")
     return 0
+
+
+def describe(shape: dict) -> str:
+    heads, kv = shape["num_attention_heads"], shape["num_key_value_heads"]
+    head_dim = shape.get("head_dim") or shape["hidden_size"] // heads
+    return (f"hidden {shape['hidden_size']}, {shape['num_hidden_layers']} layers, {heads} heads x {head_dim}, "
+            f"{kv} KV heads")
 
 
 if __name__ == "__main__":

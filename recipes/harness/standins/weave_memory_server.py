@@ -13,7 +13,7 @@ import json
 import threading
 import uuid
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from weave.trace_server_bindings.models import EnsureProjectExistsRes
@@ -104,7 +104,7 @@ class MemoryTraceServer:
 
     # --- feedback and call queries (weave.EvaluationLogger's scores, "already published?" lookups) ----
     def feedback_create(self, req: dict) -> t.FeedbackCreateResponse:
-        row = {**req, "id": str(uuid.uuid4()), "created_at": datetime.now(timezone.utc)}
+        row = {**req, "id": str(uuid.uuid4()), "created_at": datetime.now(UTC)}
         with self._lock:
             self.feedback.append(row)
         return t.FeedbackCreateResponse(id=row["id"], created_at=row["created_at"], payload=req.get("payload") or {},

@@ -4,18 +4,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections import Counter
 from contextlib import ExitStack
 from pathlib import Path
 
-from recipes.constants import SHARED_GSM8K_DIR
+from data_prep.sources import SAMPLE_DIR
 from recipes.harness.bench.rollout import PHASES, PROFILE, log
 from recipes.harness.bench.rollout import __doc__ as bench_doc
 from recipes.harness.bench.rollout.arms import run_arms
 from recipes.harness.bench.rollout.figures import print_goals, report, result_line
 from recipes.harness.bench.rollout.setup import setup
+
+# the CI shape (tests/test_bench_rollout.py): one arm, one LLM stand-in, no profiler; the arguments after it win
+QUICK = ["--steps", "2", "--prompts", "8", "--n", "4", "--workers", "2", "--servers", "1", "--arms", "recipe",
+         "--profile-rate", "0"]
 
 
 def parse_args(argv=None):
@@ -33,12 +38,15 @@ def parse_args(argv=None):
     p.add_argument("--profile-rate", type=int, default=50, help="py-spy samples per second per worker (0: off)")
     p.add_argument("--ack-timeout", type=float, default=120.0,
                    help="seconds to wait after the last step for the endpoint to acknowledge the traced calls")
-    p.add_argument("--gsm8k-dir", type=Path, default=SHARED_GSM8K_DIR, help="GSM8K's train.jsonl / test.jsonl")
+    p.add_argument("--gsm8k-dir", type=Path, default=Path(os.environ.get("GSM8K_DIR") or SAMPLE_DIR),
+                   help="GSM8K's train.jsonl / test.jsonl (default: $GSM8K_DIR, else data_prep/gsm8k_sample)")
     p.add_argument("--work-dir", type=Path, help="keep data, spool and profiles here (default: a temporary dir)")
     p.add_argument("--json", type=Path, help="write every figure here")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--verbose", action="store_true", help="show the Ray workers' logs")
-    args = p.parse_args(argv)
+    p.add_argument("--quick", action="store_true", help=f"the CI shape: {' '.join(QUICK)}")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = p.parse_args([*QUICK, *argv] if "--quick" in argv else argv)  # given arguments after QUICK win
     args.arms = [x for x in args.arms.split(",") if x]
     unknown = set(args.arms) - set(PHASES)
     if unknown or not args.arms or len(set(args.arms)) != len(args.arms):

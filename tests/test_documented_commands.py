@@ -1,0 +1,67 @@
+"""Every command the README and the docs show in a code block names a script that exists and answers --help: a
+shell script through scripts/help.sh, a Python script with its usage, without importing the heavy stack (torch,
+verl, ray, weave, transformers, wandb), so --help is instant everywhere. A renamed or removed script, or one whose
+--help breaks, fails here instead of in a reader's terminal."""
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+from recipes.constants import REPO_ROOT
+
+FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.M | re.S)
+COMMAND = re.compile(r"(?<![\w./-])((?:scripts|data_prep)/[\w-]+\.(?:sh|py))\b")
+HEAVY = ("torch", "verl", "ray", "weave", "transformers", "wandb")
+# runs a script's --help in this interpreter and reports what it imported
+HELP_PROBE = f"HEAVY = {HEAVY!r}\n" + """
+import contextlib, io, json, runpy, sys
+sys.argv = [sys.argv[1], "--help"]
+out = io.StringIO()
+try:
+    with contextlib.redirect_stdout(out):
+        runpy.run_path(sys.argv[0], run_name="__main__")
+    code = 0
+except SystemExit as e:
+    code = e.code or 0
+print(json.dumps({"code": code, "out": out.getvalue(), "heavy": [m for m in HEAVY if m in sys.modules]}))
+"""
+
+
+def documented_scripts() -> dict[str, list[str]]:
+    """script -> the pages whose code blocks run it."""
+    found: dict[str, list[str]] = {}
+    for page in [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]:
+        for block in FENCE.findall(page.read_text()):
+            for script in COMMAND.findall(block):
+                found.setdefault(script, []).append(page.name)
+    return found
+
+
+def test_the_docs_code_blocks_run_scripts_and_each_exists():
+    found = documented_scripts()
+    assert {"scripts/smoke_cpu.sh", "scripts/run_tests.sh", "scripts/install_gpu_env.sh",
+            "scripts/smoke_1gpu.sh"} <= set(found), sorted(found)  # the README's first commands at least
+    missing = [f"{script} (in {', '.join(sorted(set(pages)))})" for script, pages in sorted(found.items())
+               if not (REPO_ROOT / script).is_file()]
+    assert missing == []
+
+
+@pytest.mark.parametrize("script", sorted(documented_scripts()))
+def test_each_documented_script_answers_help_without_the_heavy_stack(script, tmp_path):
+    path = REPO_ROOT / script
+    if not path.is_file():
+        pytest.skip("missing: the test above names it")
+    if path.suffix == ".sh":
+        proc = subprocess.run(["bash", str(path), "--help"], capture_output=True, text=True, timeout=60,
+                              cwd=tmp_path, stdin=subprocess.DEVNULL, env={"PATH": "/usr/bin:/bin"})
+        assert proc.returncode == 0 and proc.stdout.startswith(f"scripts/{path.name}:"), proc.stdout + proc.stderr
+        return
+    proc = subprocess.run([sys.executable, "-c", HELP_PROBE, str(path)], capture_output=True, text=True,
+                          timeout=60, cwd=tmp_path, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    probe = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert probe["code"] == 0 and "usage:" in probe["out"], probe
+    assert probe["heavy"] == [], f"{script} --help imports {probe['heavy']}: import them after parsing arguments"
