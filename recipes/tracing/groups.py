@@ -89,7 +89,7 @@ class GroupBook:
         call_context.pop_call(call.id)
         with self._lock:
             self._held[(member.uid, int(rollout_n))] = _Held(call, output, kwargs,
-                                                             datetime.datetime.now(datetime.timezone.utc))
+                                                             datetime.datetime.now(datetime.UTC))
         return True
 
     def take(self) -> dict[tuple[str, int], _Held]:
