@@ -6,6 +6,7 @@ A launch-mode call here must always fail its preflight (nothing may start): each
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -388,6 +389,10 @@ def test_the_plan_says_updates_steps_and_what_validation_scores(gsm8k_sized):
     assert rows["schedule"].startswith("435 steps = 15 epochs x 29 (7473 rows // 256);")
     assert rows["validate"].startswith("all 1319 questions x 1 sample(s) at temperature 0, up to 1024 response tokens")
     assert "differs" not in rows  # the recipe's own profile
+    # the traces of the whole run: a step's times the steps the schedule counts
+    volume = r"~([\d.]+) MB a step, .*~([\d.]+) GB per run \(435 steps\)"
+    per_step, per_run = re.search(volume, rows["tracing"]).groups()
+    assert float(per_run) == pytest.approx(float(per_step) * 435 / 1e3, abs=0.01)
     smoke = profile_plan(gsm8k_sized, "1gpu_smoke", "trainer.val_only=True")
     assert smoke["validate"].startswith("64 of 1319 questions, drawn at random each run (data.val_max_samples=64)")
     assert "up to 512 response tokens" in smoke["validate"] and "algorithm" not in smoke

@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 
 from recipes.constants import CONFIG_DIR, CONFIG_NAME, REPO_ROOT
 from recipes.launch.knobs import Knobs, launch_overrides
-from recipes.launch.plan import plan_lines
+from recipes.launch.plan import plan_lines, trace_shape
 from recipes.launch.relays import RelayPlan, relay_plan
 
 # The modes, in the order the knobs pick them. CHECK_ONLY: the checks a launch on this node runs (GPUs, driver,
@@ -141,9 +141,9 @@ def traces_volume_line(launch: Launch) -> str | None:
     """What the run traces a step and what that weighs (the plan's tracing row), said once by a launch."""
     if not launch.traces:
         return None
-    from recipes.tracing.volume import TraceShape, describe
+    from recipes.tracing.volume import describe
 
-    return describe(TraceShape.of(launch.config))
+    return describe(trace_shape(launch.config))
 
 
 def dry_run_lines(launch: Launch) -> list[str]:
