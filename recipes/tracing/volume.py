@@ -22,7 +22,7 @@ from typing import Any
 # Bytes W&B receives per traced trajectory of the recipe (its root, chat call, and per turn a generate, a parse and
 # a tool call, in a GRPO thread with the group's figures): docs/measured.md#trace_bytes_per_trajectory,
 # measured by scripts/bench_rollout.py at the production mix of turns (tests/test_trace_volume.py holds them equal).
-TRACE_BYTES_PER_TRAJECTORY = 20_100
+TRACE_BYTES_PER_TRAJECTORY = 23_682
 # docs/configuration.md "Step time on 8xH100 (estimate)": 60-90 s; the short end gives the most traces a day.
 # No other profile has its own estimate (4gpu and multinode keep the per-engine load of 8xH100).
 STEP_SECONDS_ESTIMATE = 60
