@@ -48,8 +48,13 @@ DRY_RUN=${DRY_RUN:-0}                            # 1: preflight, print the plan,
 DRY_RUN_CONFIG=${DRY_RUN_CONFIG:-}               # where DRY_RUN writes the config; empty: a new file in $TMPDIR
 SUBMIT=${SUBMIT:-}                               # ray: submit as a Ray job to RAY_ADDRESS (submit_multinode.sh)
 CHECK_ONLY=${CHECK_ONLY:-0}                      # 1: the launch preflight, a line per GPU-node check; start nothing
+STALL_MINUTES=${STALL_MINUTES:-}                 # minutes with no step, validation or checkpoint before the watchdog
+                                                 # reports (stacks of every process) and acts; empty: 4x the slowest
+                                                 # step, at least 20 (3x that before the first step); 0: off
+STALL_ACTION=${STALL_ACTION:-stop}               # stop: stop the run as Ctrl-C does, exit 124; report: report, go on
 # -----------------------------------------------------------------------------------------------------
 
 export PROFILE DATA_DIR TOOL_SET MODEL_PATH N_GPUS_PER_NODE NNODES TRACE TRACE_GB_PER_DAY LOGGER EXPERIMENT_NAME \
-  OUTPUT_DIR PUBLISH_EVALS TRACE_RELAY TRACE_SPOOL PYTHON DRY_RUN DRY_RUN_CONFIG SUBMIT CHECK_ONLY
+  OUTPUT_DIR PUBLISH_EVALS TRACE_RELAY TRACE_SPOOL PYTHON DRY_RUN DRY_RUN_CONFIG SUBMIT CHECK_ONLY STALL_MINUTES \
+  STALL_ACTION
 PYTHONPATH="$REPO_ROOT${PYTHONPATH:+:$PYTHONPATH}" exec "$PYTHON" -m recipes.launch "$@"

@@ -20,6 +20,12 @@ NAMES = {
     "bench_trace.py": ["trace_ms_per_call", "untraced_ms_per_call", "verl_default_ms_per_call"],
     "bench_reward_workers.py": ["reward_workers", "reward_workers_rss_mb", "reward_workers_pss_mb",
                                 "reward_workers_start_s"],
+    "bench_dataloader.py": ["dataloader_first_batch_ms_workers0", "dataloader_val_pass_ms_workers0",
+                            "dataloader_batch_ms", "dataloader_first_batch_ms_workers8",
+                            "dataloader_val_pass_ms_workers8"],
+    "bench_watchdog.py": ["watchdog_cpu_seconds", "watchdog_cpu_percent", "launcher_cpu_seconds_on",
+                          "launcher_cpu_seconds_off", "launcher_peak_rss_mb_on", "launcher_peak_rss_mb_off",
+                          "watchdog_imports_torch"],
     "bench_ci.py": ["ci_minutes", "ci_install_minutes", "ci_pytest_minutes", "ci_e2e_minutes", "tests_passed"],
 }
 

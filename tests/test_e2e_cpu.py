@@ -426,3 +426,13 @@ def test_the_smoke_ends_with_its_source_report_pass_rule_and_result_line(smoke):
     assert said["[smoke_cpu] passed"].startswith("[smoke_cpu] passed: steps 1-2 trained, then step 3 resumed from "
                                                  "the step-2 checkpoint. A pass is exit status 0")
     assert "[smoke_cpu] python: " in smoke.stdout  # which interpreter, and why
+
+
+def test_the_progress_watchdog_follows_both_launches_and_raises_no_alarm(smoke):
+    """On by default: it read main_ppo's output (its progress lines included) and never found the run stalled."""
+    for launch, last in ((smoke.train, "the final validation"), (smoke.resume, "the final validation")):
+        assert "[stall] progress watchdog on: a report and STALL_ACTION=stop after 60 min" in launch.log
+        end = re.search(r"\[stall\] watchdog: no stall; last progress: ([^;]+); (\d+) lines", launch.log)
+        assert end and end.group(1) == last and int(end.group(2)) > 100, launch.log[-3000:]
+        assert "[stall] likely culprit" not in launch.log
+    assert not (smoke.output / "stall").exists()

@@ -52,7 +52,8 @@ def test_the_dry_run_shows_task_data_model_config_and_plan_and_trains_nothing(tm
     assert "DRY_RUN=1: preflight passed, nothing started; the launch would run (profile gpu_learn)" in out
     assert re.search(r"hardware +1 node\(s\) x 1 GPU\(s\); rollout sglang", out)
     assert f"validation ['{work}/data/test.parquet', '{work}/data_notools/test.parquet']" in out
-    assert re.search(rf"schedule +{GRPO_STEPS} steps; validation every {GRPO_STEPS} steps", out)
+    assert re.search(rf"schedule +{GRPO_STEPS} steps \(trainer.total_training_steps\); validation every {GRPO_STEPS} "
+                     r"steps", out)
     config = (work / "outputs" / "launch_config.yaml").read_text()
     assert "filter_overlong_prompts: false" in config and "cuda_graph_max_bs: 64" in config
     assert not (work / "model_sft").exists() and not (work / "outputs" / "validation").exists()

@@ -47,6 +47,7 @@ for i in range(int(os.environ["STAND_IN_CALLS"])):
     client.finish_call(client.create_call("Rollout.run", {"i": i}), output={"reward": 1.0})
 client.flush()  # the worker's per-step flush
 open(os.environ["STAND_IN_PID_FILE"], "w").write(str(os.getpid()))  # a step done
+print("(TaskRunner pid=1) step:1 - stand_in/calls:%d" % int(os.environ["STAND_IN_CALLS"]), flush=True)  # as verl's
 if os.environ.get("STAND_IN_TRAIN_FOREVER"):
     while True:  # until the launcher passes on a SIGTERM (short sleeps: whichever thread takes it, the handler runs)
         time.sleep(0.5)
@@ -110,15 +111,20 @@ def test_an_air_gapped_cluster_keeps_traces_on_every_node(prepared_data_dir):
     assert f"--spool {spool}/<node>" in relay.describe()
 
 
-@pytest.mark.parametrize("stop_by", ["sigterm", "ctrl_c", "sigint_taken_by_a_thread"])
+STALL_MINUTES = "0.2"  # "stall": after step 1 the stand-in makes no progress; the watchdog stops it this much later
+
+
+@pytest.mark.parametrize("stop_by", ["sigterm", "ctrl_c", "sigint_taken_by_a_thread", "stall"])
 def test_stopping_training_stops_main_ppo_then_the_relay_sends_everything(prepared_data_dir, tmp_path, stop_by):
     """SIGTERM to the launcher (a scheduler), or SIGINT to its whole process group (Ctrl-C in a terminal, which
     reaches the relay too), or a SIGINT that one of the launcher's other threads takes (the kernel may hand it to
-    any; CI once hung there for good): main_ppo is stopped, what it traces while stopping still goes through the
-    relay."""
+    any; CI once hung there for good), or the progress watchdog once main_ppo has made no progress for
+    STALL_MINUTES (its report names the stand-in's loop): main_ppo is stopped, what it traces while stopping still
+    goes through the relay."""
+    stall = {"STALL_MINUTES": STALL_MINUTES} if stop_by == "stall" else {}
     with loopback_wandb() as wandb:
         env = launch_env(tmp_path, DATA_DIR=str(prepared_data_dir), STAND_IN_TRAIN_FOREVER="1",
-                         STAND_IN_LAST_STEP_CALLS=str(LAST_STEP_CALLS), **wandb.env)
+                         STAND_IN_LAST_STEP_CALLS=str(LAST_STEP_CALLS), **stall, **wandb.env)
         # SIGINT at its default, as in a terminal: a launcher that starts with it ignored (inherited, e.g. from a
         # test worker whose SIGINT some earlier test left ignored) cannot trap it, and Ctrl-C would do nothing
         launcher = subprocess.Popen(["bash", str(REPO_ROOT / "scripts" / "run_gsm8k_grpo.sh")], env=env,
@@ -135,7 +141,7 @@ def test_stopping_training_stops_main_ppo_then_the_relay_sends_everything(prepar
                 os.killpg(launcher.pid, signal.SIGINT)
             elif stop_by == "sigterm":
                 launcher.send_signal(signal.SIGTERM)
-            else:  # the launcher is the process bash exec'd; its other thread keeps the relay
+            elif stop_by == "sigint_taken_by_a_thread":  # the launcher is the process bash exec'd
                 os.kill(other_threads(launcher.pid)[0], signal.SIGINT)
             try:
                 stdout, stderr = launcher.communicate(timeout=180)
@@ -149,13 +155,24 @@ def test_stopping_training_stops_main_ppo_then_the_relay_sends_everything(prepar
     print(f"launch through the relay, stopped by {stop_by}: {made} calls made, "
           f"{len(received)} received")
     assert len(received) == made, stderr
-    assert launcher.returncode == 128 + signal.SIGTERM, stderr  # main_ppo's own status: it was terminated
     pid = int((tmp_path / "main_ppo.pid").read_text())
     assert not Path(f"/proc/{pid}").exists()  # the launcher passed the signal on to training
     assert "[launch] Weave traces go through the trace relay http://127.0.0.1:" in stderr
     stopped = next(line for line in stderr.splitlines() if line.startswith("[traces] trace relay on "))
     assert stopped.endswith(", 0 pending"), stopped
     assert "upload_traces.py" not in stderr
+    assert "step:1 - stand_in/calls:" in stdout  # main_ppo's output reached the console through the watchdog
+    if stop_by != "stall":  # main_ppo's own status: it was terminated
+        assert launcher.returncode == 128 + signal.SIGTERM and "[stall] watchdog: no stall;" in stderr, stderr
+        return
+    from recipes.watchdog.watch import STALL_EXIT
+
+    assert launcher.returncode == STALL_EXIT, stderr
+    culprit = next(line for line in stderr.splitlines() if line.startswith("[stall] likely culprit: "))
+    assert f"pid {pid} " in culprit and "main_ppo_stand_in.py:" in culprit and "in step 2" in culprit, culprit
+    report = Path(culprit.rsplit("report: ", 1)[1])
+    assert report.parent == tmp_path / "run" / "stall" and (report / "summary.md").read_text().count(culprit) == 1
+    assert stderr.index(culprit) < stderr.index("STALL_ACTION=stop: stopping") < stderr.index(stopped)  # in this order
 
 
 def test_air_gapped_launch_keeps_traces_and_prints_the_upload_command(prepared_data_dir, tmp_path):

@@ -6,11 +6,13 @@ then a task and an actor, worker processes as on any other node, report what the
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -142,3 +144,44 @@ def test_other_submission_errors_and_an_agent_that_never_comes_are_not_retried_f
     with pytest.raises(RuntimeError, match=ray_job.NO_AGENT_YET):
         ray_job._submit_when_an_agent_is_up(never, wait_s=0, submission_id="job-3")
     assert never.calls == 1
+
+
+def test_a_stall_report_reads_every_nodes_processes_where_they_run(ray_cluster, tmp_path):
+    """The stall report on a cluster (recipes/watchdog/cluster.py): a task pinned to each node samples that node's
+    Ray workers with py-spy, so the report has stacks from every node and finds the culprit on whichever it is. The
+    run (tests/testkit/stuck_on_ray.py): a driver, standing for main_ppo, with an actor on each node; the first is
+    held in the run's own code, the second is stopped here, from outside."""
+    import psutil
+
+    from recipes.watchdog.cluster import gather
+    from recipes.watchdog.culprit import suspects
+
+    ready = tmp_path / "ready.json"
+    env = {**os.environ, **ray_cluster["env"], "RAY_USAGE_STATS_ENABLED": "0"}
+    driver = subprocess.Popen([sys.executable, "-m", "testkit.stuck_on_ray", ray_cluster["gcs"], str(ready)], env=env,
+                              start_new_session=True)
+    try:
+        deadline = time.monotonic() + 180
+        while not ready.exists():
+            assert driver.poll() is None and time.monotonic() < deadline, "the stuck run did not start"
+            time.sleep(0.2)
+        held, idle = json.loads(ready.read_text())
+        os.kill(idle["pid"], signal.SIGSTOP)
+        while psutil.Process(idle["pid"]).status() != psutil.STATUS_STOPPED:
+            time.sleep(0.01)
+        with mock.patch.dict(os.environ, ray_cluster["env"]):  # what the launcher has to join the cluster
+            nodes, errors = gather(driver.pid, window_s=2.0, samples=3, cluster_address=ray_cluster["gcs"])
+    finally:
+        os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait()
+    assert not errors, errors
+    labels = [n["label"] for n in nodes]
+    assert labels[0].endswith("(the launcher's node: main_ppo's processes)")
+    for actor in (held, idle):  # each actor sampled on its own node, by that node's task
+        node = next(n for n in nodes[1:] if n["label"].endswith(f"({actor['node'][:8]})"))
+        assert actor["pid"] in {p["pid"] for p in node["processes"]}, labels
+    ranked = suspects(nodes)
+    assert (ranked[0].pid, ranked[0].rank) == (idle["pid"], 1), [s.where() for s in ranked]
+    assert ranked[0].node.endswith(f"({idle['node'][:8]})")
+    assert (ranked[1].pid, ranked[1].stack[0][0]) == (held["pid"], "hold_the_loop"), [s.where() for s in ranked]
+    assert ranked[1].node.endswith(f"({held['node'][:8]})")

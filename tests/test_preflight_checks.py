@@ -9,7 +9,7 @@ from recipes.harness.qwen_tokenizer import build_tiny_qwen2_model_dir
 from recipes.preflight.checks import check_cpu_rollout, check_model
 from recipes.preflight.compose import compose_config
 from recipes.preflight.report import Report
-from recipes.preflight.rollout_checks import check_lora_with_sglang, check_rollout_concurrency
+from recipes.preflight.rollout_checks import check_lora_with_sglang, check_rollout_concurrency, check_tool_timeout
 from recipes.preflight.storage import (
     check_checkpoint_space,
     check_shared_outputs,
@@ -41,6 +41,13 @@ def test_too_few_engine_slots_are_reported_with_the_value_that_fits():
     (warning,) = run(check_rollout_concurrency, "actor_rollout_ref.rollout.tensor_model_parallel_size=2",
                      "actor_rollout_ref.rollout.max_num_seqs=256").warnings
     assert warning.startswith("only 1024 of the 4096 trajectories") and "max_num_seqs=1024" in warning
+
+
+@pytest.mark.parametrize("value, ok", [("0.5", True), ("null", True), ("0", False), ("soon", False)])
+def test_a_tool_calls_bound_is_a_positive_number_of_seconds_or_null(value, ok):
+    errors = run(check_tool_timeout, f"actor_rollout_ref.rollout.custom.tool_timeout_s={value}").errors
+    assert errors == [] if ok else errors[0].startswith("actor_rollout_ref.rollout.custom.tool_timeout_s must be a "
+                                                        "positive number of seconds or null"), errors
 
 
 def test_checkpoints_are_pruned_by_default_and_counted_from_the_data():

@@ -219,3 +219,60 @@ def test_a_number_only_in_the_tool_response_earns_nothing(tok, config, tools):
     assert "<tool_response>\n72\n</tool_response>" in tok.decode(output.response_ids, skip_special_tokens=True)
     for method in ("strict", "flexible"):
         assert reward(tok, output, method=method)["score"] == 0.0
+
+
+def test_a_tool_call_that_never_returns_costs_its_trajectory_and_not_the_others(tok, tmp_path):
+    """verl awaits a tool with no limit, so one call that never returns would hold every trajectory of the step
+    (recipes/rollout/tool_timeout.py says where). The recipe's bound answers it with an error, ends that trajectory
+    after the tool turn, scores it 0 (its text alone would score 1) and counts it; the trajectories beside it end as
+    usual. The tool is verl-loaded from a YAML, as any tool (tests/testkit/stall_faults.py: it awaits forever)."""
+    from verl.tools.tool_registry import initialize_tools_from_config
+
+    from recipes.rollout.tool_timeout import TOOL_TIMEOUTS, timeout_message
+
+    yaml_file = tmp_path / "hung.yaml"
+    yaml_file.write_text("tools:\n  - class_name: testkit.stall_faults.NeverAnsweringCalculator\n"
+                         "    config:\n      type: native\n")
+    hung = initialize_tools_from_config(str(yaml_file))
+    config = harness.compose_trainer_config("calculator", ("actor_rollout_ref.rollout.custom.tool_timeout_s=0.5",))
+    calls = "#### 72\n" + tool_call(CALCULATOR, expression="48+24")
+
+    def script(prompt):  # the first row calls the hung tool (its answer already written), the others answer
+        return [calls, "#### 72"] if "Variant 0." in prompt else ["48+24 = 72.\n#### 72"]
+
+    server = ScriptedLLM(tok, script)
+
+    async def go():
+        rows = [make_row("72", f"{QUESTION} Variant {i}.", i) for i in range(4)]
+        runs = [harness.run_rollout(config, tok, server, hung, r, ScoredToolAgentLoop) for r in rows]
+        return await asyncio.wait_for(asyncio.gather(*runs), timeout=60)
+
+    start = time.perf_counter()
+    outputs = asyncio.run(go())
+    assert time.perf_counter() - start < 30
+    cut, *others = outputs
+    runs = segments(tok, cut)
+    assert [mask for mask, _ in runs] == [1, 0], runs  # the call, its error answer; no turn after it
+    assert f"<tool_response>\n{timeout_message(CALCULATOR, 0.5)}\n</tool_response>" in runs[1][1]
+    extra = cut.extra_fields["reward_extra_info"]
+    assert cut.reward_score == 0.0 and extra["score"] == 0.0 and extra["acc"] == 1.0 and extra[TOOL_TIMEOUTS] == 1
+    for output in others:
+        assert output.reward_score == 1.0 and output.extra_fields["reward_extra_info"][TOOL_TIMEOUTS] == 0
+
+
+def test_the_step_metrics_count_the_calls_that_ran_past_their_bound():
+    """The recipe's agent-loop manager adds them to verl's agent-loop timings (what the trainer logs per step)."""
+    import numpy as np
+    import torch
+    from verl.protocol import DataProto
+
+    from recipes.rollout.tool_timeout import TOOL_TIMEOUTS
+    from recipes.rollout.worker import TracedAgentLoopManager
+
+    per_trajectory = {"generate_sequences": 1.0, "tool_calls": 0.5, "compute_score": 0.1, "num_preempted": -1}
+    output = DataProto.from_dict(tensors={"prompts": torch.zeros(4, 3, dtype=torch.long)},
+                                 non_tensors={TOOL_TIMEOUTS: np.array([0, 1, 0, 2])})
+    manager = object.__new__(TracedAgentLoopManager)  # the method reads only its arguments
+    timing = manager._performance_metrics([[per_trajectory] * 2] * 2, output)
+    assert timing[f"agent_loop/{TOOL_TIMEOUTS}/sum"] == 3 and timing[f"agent_loop/{TOOL_TIMEOUTS}/max"] == 2
+    assert timing["agent_loop/tool_calls/max"] == 0.5  # verl's own timings are still there

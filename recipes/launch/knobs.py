@@ -23,6 +23,7 @@ LAUNCH_SCRIPT = REPO_ROOT / "scripts" / "run_gsm8k_grpo.sh"
 TRACE_CHOICES = ("", "on", "off")
 TRACE_RELAY_CHOICES = ("auto", "offline", "off")
 SUBMIT_CHOICES = ("", "ray")
+STALL_ACTIONS = ("stop", "report")
 
 
 def script_defaults(script: Path = LAUNCH_SCRIPT) -> dict[str, str]:
@@ -62,6 +63,8 @@ class Knobs:
     dry_run_config: str = _DEFAULTS["DRY_RUN_CONFIG"]
     submit: str = _DEFAULTS["SUBMIT"]
     check_only: str = _DEFAULTS["CHECK_ONLY"]
+    stall_minutes: str = _DEFAULTS["STALL_MINUTES"]
+    stall_action: str = _DEFAULTS["STALL_ACTION"]
 
     def __post_init__(self) -> None:
         """Resolved once, here: `~` expanded, the experiment named gsm8k_<tool set>_<profile> and its outputs in
@@ -113,6 +116,11 @@ class Knobs:
             raise KnobError("TRACE_RELAY=offline needs WANDB_ENTITY=<the W&B entity the traces will be uploaded to>")
         if self.submit not in SUBMIT_CHOICES:
             raise KnobError(f"SUBMIT must be ray or empty, not '{self.submit}'")
+        if self.stall_minutes and not _non_negative_number(self.stall_minutes):
+            raise KnobError(f"STALL_MINUTES must be a number of minutes (0: no watchdog; empty: derived from the "
+                            f"steps), not '{self.stall_minutes}'")
+        if self.stall_action not in STALL_ACTIONS:
+            raise KnobError(f"STALL_ACTION must be stop or report, not '{self.stall_action}'")
 
 
 def launch_overrides(knobs: Knobs, root: str | Path = REPO_ROOT) -> list[str]:
@@ -140,6 +148,14 @@ def launch_overrides(knobs: Knobs, root: str | Path = REPO_ROOT) -> list[str]:
     if knobs.trace:
         overrides.append(f"actor_rollout_ref.rollout.trace.backend={'weave' if knobs.trace == 'on' else 'null'}")
     return overrides
+
+
+def _non_negative_number(text: str) -> bool:
+    try:
+        value = float(text)
+    except ValueError:
+        return False
+    return value >= 0 and value != float("inf")
 
 
 def _stems(folder: Path) -> list[str]:

@@ -4,8 +4,10 @@ Order: the relays start (and answer) before main_ppo, so every worker finds its 
 (PUBLISH_EVALS=1) starts beside main_ppo and exits after this process does; when main_ppo ends, the relays drain
 and each says what it sent and what is left. Ctrl-C and SIGTERM reach main_ppo as SIGTERM (Ray's driver exits
 cleanly on it; main_ppo ignores SIGINT itself, as a shell's background job does); a Ctrl-C meant for training never
-reaches a relay (its own session) before the workers' last flush. The exit status is main_ppo's (128 + the signal
-that ended it, as a shell says).
+reaches a relay (its own session) before the workers' last flush. The progress watchdog (recipes/watchdog/, unless
+STALL_MINUTES=0) reads main_ppo's output on its way to the console; a run that stops making progress gets a stall
+report and, with STALL_ACTION=stop, is stopped the same way. The exit status is main_ppo's (128 + the signal that
+ended it, as a shell says), or the watchdog's STALL_EXIT when it stopped the run.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from recipes.launch.console import quiet_environment
 from recipes.launch.decision import Launch
 from recipes.launch.relays import RelayStartError, say_summaries, start_relays
 from recipes.signals import wait_for_child
+from recipes.watchdog.watch import start_watch
 
 OPEN_FILES = 65535  # Ray opens many sockets per node
 
@@ -52,15 +55,23 @@ def run_training(launch: Launch, out=None) -> int:
         _start_watcher(launch, out)
         env = {**os.environ, **(relays.env if relays else {}), **quiet_environment(os.environ, launch.cluster),
                "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
+        # the progress watchdog reads main_ppo's output on its way to the console (recipes/watchdog/)
+        watch = start_watch(launch.knobs, (launch.ray_address or "auto") if launch.cluster else None, out)
+        pipes = {} if watch is None else {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+        if watch is not None:
+            env.setdefault("PYTHONUNBUFFERED", "1")  # each line as it is printed, not when a buffer fills
         # ignored while it starts: main_ppo (and the Ray it starts) inherit the ignore, as a shell's background job
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         try:
             # Ray puts the driver's cwd on every local worker's sys.path: our tools and recipes import there
-            child["main_ppo"] = subprocess.Popen(launch.main_ppo_command(), env=env, cwd=REPO_ROOT)
+            child["main_ppo"] = subprocess.Popen(launch.main_ppo_command(), env=env, cwd=REPO_ROOT, **pipes)
         finally:
             signal.signal(signal.SIGINT, on_signal)
+        if watch is not None:
+            watch.follow(child["main_ppo"])
         status = wait_for_child(child["main_ppo"])  # a Ctrl-C caught by the keeper's thread still reaches it
-        return status if status >= 0 else 128 - status
+        status = status if status >= 0 else 128 - status
+        return status if watch is None else watch.finish(status)  # STALL_EXIT when the watchdog stopped it
     except RelayStartError as err:
         print(f"error: {err}; nothing was started", file=out)
         return 1

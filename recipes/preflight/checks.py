@@ -17,7 +17,7 @@ from recipes.credentials import has_wandb_credentials, wandb_host
 from recipes.preflight.jit_toolchain import check_jit_toolchain
 from recipes.preflight.prompt_lengths import check_prompt_lengths
 from recipes.preflight.report import Report
-from recipes.preflight.rollout_checks import check_lora_with_sglang, check_rollout_concurrency
+from recipes.preflight.rollout_checks import check_lora_with_sglang, check_rollout_concurrency, check_tool_timeout
 from recipes.preflight.sglang_model import check_sglang_model
 from recipes.preflight.storage import check_checkpoint_space, check_shared_outputs
 from recipes.preflight.versions import check_gpu_env
@@ -285,6 +285,7 @@ def run_all(config: DictConfig, launch: bool = False, submit: bool = False,
     check_sglang_model(config, report)
     check_lora_with_sglang(config, report)
     check_rollout_concurrency(config, report)
+    check_tool_timeout(config, report)
     check_shared_outputs(config, report)
     check_cpu_rollout(config, report)
     if launch and not on_cpu_platform():

@@ -38,3 +38,14 @@ def check_rollout_concurrency(config: DictConfig, report: Report) -> None:
                     f"engines x max_num_seqs={rollout.max_num_seqs}); set actor_rollout_ref.rollout.max_num_seqs="
                     f"{math.ceil(trajectories / engines)} if the KV cache has room "
                     "(docs/configuration.md: rollout concurrency)")
+
+
+def check_tool_timeout(config: DictConfig, report: Report) -> None:
+    """The recipe's bound on one tool call (recipes/rollout/tool_timeout.py) is read in every agent-loop worker: a
+    value it refuses would end the run at its first rollout."""
+    from recipes.rollout.tool_timeout import tool_timeout_s
+
+    try:
+        tool_timeout_s(config)
+    except ValueError as err:
+        report.error(str(err))

@@ -13,6 +13,9 @@ trajectory, the loop
   right, the tool-call and tool-error counts, the ground truth and the final answer, then the trajectory as chat
   messages (system, user, assistant with its tool calls, tool results, ...).
 
+Each tool call is bounded in time (recipes/rollout/tool_timeout.py): a call that never returns ends its trajectory,
+scored 0 and counted (`tool_timeouts`), instead of holding the whole step.
+
 Importing it also registers the recipe's tool-call parser (recipes/rollout/tool_parser.py: a malformed call gets verl's
 own "Invalid JSON" answer instead of silently ending the trajectory) in every worker that builds it.
 """
@@ -29,6 +32,7 @@ from verl.utils.rollout_trace import rollout_trace_op
 import recipes.rollout.tool_parser  # noqa: F401  registers multi_turn.format=hermes_with_feedback in this worker
 from recipes.answers import ACC, PRED, TOOL_CALLS
 from recipes.rollout.score import score_trajectory
+from recipes.rollout.tool_timeout import TOOL_TIMEOUTS, BoundedToolCalls
 from recipes.tracing.shaping import ROLLOUT_SUMMARY, install_text_only_tracer, tracing_this_call
 from recipes.trajectory import chat_messages, count_tool_errors, final_answer, model_text, split_turns
 
@@ -36,7 +40,7 @@ logger = logging.getLogger(__name__)
 REWARD_EXTRA_INFO = "reward_extra_info"  # verl's extra_fields key for the reward's extra keys (agent_loop.py)
 
 
-class ScoredToolAgentLoop(ToolAgentLoop):
+class ScoredToolAgentLoop(BoundedToolCalls, ToolAgentLoop):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         install_text_only_tracer(self.tokenizer)
@@ -49,6 +53,11 @@ class ScoredToolAgentLoop(ToolAgentLoop):
                             lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True))
         output.reward_score, extra, seconds = await score_trajectory(
             self.config, kwargs, output.extra_fields, output.num_turns, model_text(turns))
+        extra[TOOL_TIMEOUTS] = self.tool_timeouts  # every trajectory has every key (verl batches them)
+        if self.tool_timeouts:  # the answer, if any, came after a tool that never did: not trained on as earned
+            output.reward_score = 0.0
+            if "score" in extra:
+                extra["score"] = 0.0
         output.extra_fields[REWARD_EXTRA_INFO] = extra
         output.metrics.compute_score = seconds  # verl's agent_loop/compute_score timing
         if tracing_this_call():  # to the trace root only: the output must not depend on tracing (batch columns)

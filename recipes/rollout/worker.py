@@ -15,6 +15,9 @@ which, in each worker process:
   split gives it this step (`groups_on_worker`), so fewer groups than workers still trace whole groups,
 - flushes weave at the end of every generate_sequences (bounded, off the event loop): Ray async actors never
   run atexit, so calls still queued when training ends would otherwise be lost.
+The manager adds the tool calls that ran past their bound (recipes/rollout/tool_timeout.py) to verl's agent-loop
+metrics: `timing_s/agent_loop/tool_timeouts/{sum,max}` in the step's metrics (verl files its agent-loop counts there
+too).
 """
 
 from __future__ import annotations
@@ -23,11 +26,13 @@ import asyncio
 import contextlib
 import logging
 
+import numpy as np
 import ray
 from omegaconf import OmegaConf
 from verl.experimental.agent_loop.agent_loop import AgentLoopManager, AgentLoopWorker
 from verl.protocol import DataProto
 
+from recipes.rollout.tool_timeout import TOOL_TIMEOUTS
 from recipes.tracing.flush import TraceFlusher
 from recipes.tracing.groups import MEMBER, close_step, group_member
 from recipes.tracing.guard import guard_trace_init
@@ -100,3 +105,11 @@ class TracedAgentLoopManager(AgentLoopManager):
         with contextlib.suppress(AttributeError):  # a worker class of another kind: verl's sampling alone
             await asyncio.gather(*[worker.set_trace_slot.remote(slot)
                                    for slot, worker in enumerate(self.agent_loop_workers)])
+
+    def _performance_metrics(self, metrics, output: DataProto) -> dict[str, float]:
+        timing = super()._performance_metrics(metrics, output)
+        timeouts = output.non_tensor_batch.get(TOOL_TIMEOUTS)
+        if timeouts is not None and len(timeouts):
+            timing[f"agent_loop/{TOOL_TIMEOUTS}/sum"] = float(np.sum(timeouts))
+            timing[f"agent_loop/{TOOL_TIMEOUTS}/max"] = float(np.max(timeouts))
+        return timing

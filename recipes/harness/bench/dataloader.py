@@ -12,9 +12,11 @@ trainer does (ray_trainer.py: the sampler, collate_fn, drop_last), then times in
 
     python data_prep/gsm8k.py --local_save_dir /tmp/gsm8k_bench
     python scripts/bench_dataloader.py --data_dir /tmp/gsm8k_bench [--workers 8]
+    python scripts/bench_dataloader.py --quick     # the bundled GSM8K sample, 8-prompt batches: checks the command
 
-Last line: `RESULT dataloader_batch_ms=<no workers, per 256-prompt batch> dataloader_first_batch_ms_workers0=...
-dataloader_first_batch_ms_workers<N>=... dataloader_val_pass_ms_workers0=... dataloader_val_pass_ms_workers<N>=...`.
+Last line: `RESULT dataloader_first_batch_ms_workers0=... dataloader_val_pass_ms_workers0=...
+dataloader_batch_ms=<no workers, per 256-prompt batch> dataloader_first_batch_ms_workers<N>=...
+dataloader_val_pass_ms_workers<N>=...`.
 """
 
 from __future__ import annotations
@@ -62,11 +64,34 @@ def first_batch_ms(loader) -> float:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data_dir", type=Path, required=True, help="prepared parquet (python data_prep/gsm8k.py)")
+    p.add_argument("--data_dir", type=Path, help="prepared parquet (python data_prep/gsm8k.py)")
+    p.add_argument("--quick", action="store_true",
+                   help="the bundled GSM8K sample (32 train rows) in batches of 8, 2 timed: seconds, no figures")
     p.add_argument("--workers", type=int, default=8, help="the worker count to compare with 0 (verl's default: 8)")
     p.add_argument("--batches", type=int, default=5, help="training batches timed with no workers")
     args = p.parse_args()
+    if args.quick:
+        return _quick(args)
+    if args.data_dir is None:
+        p.error("--data_dir is required (or --quick)")
+    return measure(args.data_dir, args.workers, args.batches)
 
+
+def _quick(args) -> int:
+    import subprocess
+    import sys
+    import tempfile
+
+    from recipes.constants import REPO_ROOT
+
+    with tempfile.TemporaryDirectory(prefix="bench_dataloader_") as tmp:
+        subprocess.run([sys.executable, str(REPO_ROOT / "data_prep" / "gsm8k.py"), "--input_dir",
+                        str(REPO_ROOT / "data_prep" / "gsm8k_sample"), "--local_save_dir", tmp],
+                       check=True, cwd=REPO_ROOT, stdout=subprocess.DEVNULL)
+        return measure(Path(tmp), args.workers, 2, ("data.train_batch_size=8",))
+
+
+def measure(data_dir: Path, workers: int, batches: int, overrides: tuple[str, ...] = ()) -> int:
     from verl.utils import hf_tokenizer
 
     from recipes.harness.agent_loop_inprocess import compose_trainer_config
@@ -75,25 +100,25 @@ def main() -> int:
     tokenizer_dir = build_qwen25_tokenizer_dir(default_cache_dir() / "bench_dataloader")
     config = compose_trainer_config("calculator", (
         f"actor_rollout_ref.model.path={tokenizer_dir}",
-        f"data.train_files={args.data_dir / 'train.parquet'}", f"data.val_files={args.data_dir / 'test.parquet'}"))
+        f"data.train_files={data_dir / 'train.parquet'}", f"data.val_files={data_dir / 'test.parquet'}", *overrides))
     tokenizer = hf_tokenizer(str(tokenizer_dir))
 
     train_set, val_set = datasets(config, tokenizer)
     results = {}
-    for workers in (0, args.workers):
-        train, val = loaders(config, train_set, val_set, workers)
-        first = results[f"dataloader_first_batch_ms_workers{workers}"] = first_batch_ms(train)
-        val_pass = results[f"dataloader_val_pass_ms_workers{workers}"] = first_batch_ms(val)
-        if workers == 0:
+    for n_workers in (0, workers):
+        train, val = loaders(config, train_set, val_set, n_workers)
+        first = results[f"dataloader_first_batch_ms_workers{n_workers}"] = first_batch_ms(train)
+        val_pass = results[f"dataloader_val_pass_ms_workers{n_workers}"] = first_batch_ms(val)
+        if n_workers == 0:
             iterator, times = iter(train), []
-            for _ in range(args.batches):
+            for _ in range(batches):
                 start = time.perf_counter()
                 next(iterator)
                 times.append((time.perf_counter() - start) * 1000)
             results["dataloader_batch_ms"] = statistics.median(times)
-            print(f"[bench_dataloader] no workers: {args.batches} batches of {config.data.train_batch_size} prompts, "
+            print(f"[bench_dataloader] no workers: {batches} batches of {config.data.train_batch_size} prompts, "
                   f"ms each: {', '.join(f'{t:.0f}' for t in times)}")
-        print(f"[bench_dataloader] {workers} workers: first batch {first:.0f} ms, validation pass "
+        print(f"[bench_dataloader] {n_workers} workers: first batch {first:.0f} ms, validation pass "
               f"({len(val_set)} rows) {val_pass:.0f} ms")
     print("RESULT " + " ".join(f"{k}={v:.0f}" for k, v in results.items()))
     return 0
