@@ -27,6 +27,9 @@ MODEL_PATH=${MODEL_PATH:-}                       # empty: the profile's model
 N_GPUS_PER_NODE=${N_GPUS_PER_NODE:-}             # empty: the profile's
 NNODES=${NNODES:-}                               # empty: the profile's
 TRACE=${TRACE:-}                                 # on | off; empty: the profile's (on, except smoke tests)
+TRACE_GB_PER_DAY=${TRACE_GB_PER_DAY:-}           # e.g. 0.5: trace the whole GRPO groups a step that fit this many
+                                                 # GB of traces a day (at least one; docs/tracing.md); empty: the
+                                                 # config's rate (1 prompt per agent-loop worker)
 LOGGER=${LOGGER:-}                               # e.g. console or console,wandb; empty: the profile's
 EXPERIMENT_NAME=${EXPERIMENT_NAME:-}             # empty: gsm8k_<TOOL_SET>_<PROFILE>
 OUTPUT_DIR=${OUTPUT_DIR:-}                       # checkpoints, dumps; multi-node: shared storage; empty:
@@ -51,6 +54,7 @@ STALL_MINUTES=${STALL_MINUTES:-}                 # minutes with no step, validat
 STALL_ACTION=${STALL_ACTION:-stop}               # stop: stop the run as Ctrl-C does, exit 124; report: report, go on
 # -----------------------------------------------------------------------------------------------------
 
-export PROFILE DATA_DIR TOOL_SET MODEL_PATH N_GPUS_PER_NODE NNODES TRACE LOGGER EXPERIMENT_NAME OUTPUT_DIR \
-  PUBLISH_EVALS TRACE_RELAY TRACE_SPOOL PYTHON DRY_RUN DRY_RUN_CONFIG SUBMIT CHECK_ONLY STALL_MINUTES STALL_ACTION
+export PROFILE DATA_DIR TOOL_SET MODEL_PATH N_GPUS_PER_NODE NNODES TRACE TRACE_GB_PER_DAY LOGGER EXPERIMENT_NAME \
+  OUTPUT_DIR PUBLISH_EVALS TRACE_RELAY TRACE_SPOOL PYTHON DRY_RUN DRY_RUN_CONFIG SUBMIT CHECK_ONLY STALL_MINUTES \
+  STALL_ACTION
 PYTHONPATH="$REPO_ROOT${PYTHONPATH:+:$PYTHONPATH}" exec "$PYTHON" -m recipes.launch "$@"

@@ -35,9 +35,10 @@ def bench(shared_gsm8k_dir, tmp_path_factory):
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         calls = wandb.storage.recorded_calls()
         starts = dict(wandb.app.call_starts_received)
+        received = dict(wandb.app.write_bytes)
     result = dict(re.findall(r"(\w+)=(\S+)", proc.stdout.strip().splitlines()[-1]))
     return {"result": result, "stdout": proc.stdout, "calls": calls, "starts": starts, "out": out,
-            "figures": json.loads((out / "figures.json").read_text())}
+            "received_bytes": received, "figures": json.loads((out / "figures.json").read_text())}
 
 
 def test_every_trajectory_and_every_traced_call_is_accounted_for(bench):
@@ -54,6 +55,27 @@ def test_every_trajectory_and_every_traced_call_is_accounted_for(bench):
                 for r in roots}) == len(roots) == TRACED
     assert len(mine) == sum(recipe["made_calls"].values()) and all(c["ended"] for c in mine)
     assert set(bench["starts"].values()) == {1}
+
+
+def test_each_traced_group_is_a_thread_with_its_figures_and_the_bytes_are_what_wandb_received(bench):
+    """Every traced group a thread of its n roots, each with its reward, the group's mean and an advantage; the
+    bytes the bench counts per traced call (as weave encodes it) add up to the bodies W&B received, less their
+    framing, and make the per-trajectory figure (by the model's turns too)."""
+    mine = [c for c in bench["calls"] if (c["attributes"] or {}).get("experiment_name") == "bench_rollout_recipe"]
+    threads: dict[str, list[dict]] = {}
+    for root in (c for c in mine if c["parent_id"] is None):
+        threads.setdefault(root["thread_id"], []).append(root)
+    assert None not in threads and len(threads) == TRACED // 4 and {len(m) for m in threads.values()} == {4}
+    for members in threads.values():
+        assert all(list(m["output"])[:5] == ["reward", "advantage", "group_mean", "group_std", "group_size"]
+                   for m in members)
+        assert sum(m["output"]["advantage"] for m in members) == pytest.approx(0, abs=1e-5)
+    trace = bench["figures"]["figures"]["recipe"]["trace"]
+    counted = sum(step["bytes"] for step in trace["per_step"].values())
+    assert 0.99 * bench["received_bytes"]["calls/complete"] <= counted <= bench["received_bytes"]["calls/complete"]
+    assert float(bench["result"]["trace_bytes_per_trajectory"]) == pytest.approx(counted / TRACED, rel=1e-3)
+    assert len(bench["result"]["trace_bytes_by_turns"].split(",")) == 5
+    assert float(bench["result"]["trace_gb_per_day"]) > float(bench["result"]["trace_mb_per_step"]) / 1e3
 
 
 def test_the_run_is_the_recipes_as_the_launcher_composes_it(bench, launcher_overrides):

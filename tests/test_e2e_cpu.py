@@ -13,7 +13,9 @@ server writes a calculator call in one of every two first turns of a prompt (a r
 everything else (agent loop, tools, reward, GRPO, FSDP2 update, checkpoint, resume) is verl's and the recipe's.
 Tracing is on, against a W&B stand-in on 127.0.0.1 (recipes/harness/standins/weave_http_server.py), with agent-loop
 worker UNTRACED_WORKER's weave.init made to fail (tests/testkit/trace_fault.py): the other worker's traces must all
-arrive, and the run must train on.
+arrive, and the run must train on. The trace budget is set below one GRPO group a step (TRACE_GB_PER_DAY): clamped
+to 1 group, the two workers trace in turn, each traced group arrives as one Weave thread whose roots carry verl's
+advantages, and W&B receives the bytes the trace relay counted.
 """
 
 from __future__ import annotations
@@ -27,28 +29,32 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from recipes.constants import REPO_ROOT, SHARED_GSM8K_DIR
+from recipes.tracing.volume import groups_on_worker
 from testkit.trace_fault import FAULT_MODULE, UNTRACED_WORKER_ENV
 
 SMOKE_TIMEOUT = int(os.environ.get("CPU_SMOKE_TIMEOUT", "900"))
 REUSE_ENV = "CPU_SMOKE_REUSE"  # the work dir of an earlier run of this module: its evidence is read, nothing runs
 TRACE_CALLS_FILE = "trace_calls.json"  # what the loopback W&B received, kept beside the run's logs
+WRITE_BYTES_FILE = "wandb_write_bytes.json"  # the bytes of the trace writes it received, by route
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(SMOKE_TIMEOUT + 120)]
 
 ROLLOUT_N, PROMPTS_PER_STEP, VAL_PROMPTS = 2, 2, 4  # config/profile/cpu_smoke.yaml and the smoke's data sizes
 AGENT_WORKERS, UNTRACED_WORKER = 2, 0  # rollout.agent.num_workers; the worker whose weave.init fails
-TRACE_PROMPTS_PER_WORKER = 1  # rollout.trace.max_samples_per_step_per_worker (the recipe's)
+TRACING_WORKER = 1 - UNTRACED_WORKER
+TRACE_GB_PER_DAY = "0.001"  # below one group a step: clamped to 1 GRPO group a step, the workers in turn
 TRAIN_STEPS, VAL_STEPS = (1, 2, 3), (0, 2, 3)  # generate_sequences calls: training steps, validations
 # what the smoke sets per run (or a user's shell might carry into it); anything else passes on (TRACE, LOGGER, ...)
 _NOT_PASSED_ON = ("RAY_", "VERL_", "WORK_DIR", "OUTPUT_DIR", "PROFILE", "DATA_DIR", "MODEL_PATH", "GSM8K_DIR",
                   "RESUME_CHECK", "TRAIN_ROWS", "TEST_ROWS", "EXPERIMENT_NAME", "SUBMIT", "RECIPE_RESOLVED", "DRY_RUN",
                   "N_GPUS_PER_NODE", "NNODES", "TOOL_SET", "CPU_ROLLOUT_EVENTS", "WANDB_", "WF_", "WEAVE_",
-                  "GSM8K_RECIPE_TRACE_", UNTRACED_WORKER_ENV)
+                  "GSM8K_RECIPE_TRACE_", "TRACE_GB_PER_DAY", UNTRACED_WORKER_ENV)
 _METRIC = re.compile(r"(\S+?):(?:np\.\w+\()?(-?(?:\d+\.?\d*(?:e[-+]?\d+)?|nan|inf))\)?(?: - |$)")
 _STEP_LINE = re.compile(r"\bstep:(\d+) - (.*)$")
 _CALL = re.compile(r'<tool_call>\n(\{.*?\})\n</tool_call>.*?<tool_response>\n(.*?)\n</tool_response>', re.DOTALL)
@@ -77,6 +83,7 @@ class Smoke:
     train: Launch
     resume: Launch
     calls: list[dict]  # every trace call the loopback W&B received, both launches
+    write_bytes: dict[str, int]  # the bytes of the trace writes it received, by route
 
 
 def _step_metrics(log: str) -> dict[int, dict[str, float]]:
@@ -119,7 +126,7 @@ def smoke(tmp_path_factory, shared_gsm8k_dir_or_mini) -> Smoke:
     work = tmp_path_factory.mktemp("cpu_smoke")
     env = {k: v for k, v in os.environ.items() if not k.startswith(_NOT_PASSED_ON)}
     env.update(PYTHON=sys.executable, WORK_DIR=str(work), GSM8K_DIR=str(shared_gsm8k_dir_or_mini), TRACE="on",
-               WANDB_ERROR_REPORTING="false", VERL_USE_EXTERNAL_MODULES=FAULT_MODULE,
+               TRACE_GB_PER_DAY=TRACE_GB_PER_DAY, WANDB_ERROR_REPORTING="false", VERL_USE_EXTERNAL_MODULES=FAULT_MODULE,
                **{UNTRACED_WORKER_ENV: str(UNTRACED_WORKER)})
     args = shlex.split(os.environ.get("CPU_SMOKE_OVERRIDES", ""))
     with loopback_wandb() as wandb:
@@ -141,10 +148,12 @@ def smoke(tmp_path_factory, shared_gsm8k_dir_or_mini) -> Smoke:
         wall_s = time.monotonic() - start
         # each worker flushed weave at the end of every generate_sequences: everything is here by now
         calls = wandb.storage.recorded_calls()
+        write_bytes = dict(wandb.app.write_bytes)
     output = work / "outputs"
     (work / "stdout.log").write_text(stdout)
     (output / "logs").mkdir(parents=True, exist_ok=True)
     (output / "logs" / TRACE_CALLS_FILE).write_text(json.dumps(calls, default=str))
+    (output / "logs" / WRITE_BYTES_FILE).write_text(json.dumps(write_bytes))
     assert proc.returncode == 0, f"scripts/smoke_cpu.sh failed ({proc.returncode}); last output:\n{stdout[-6000:]}"
     print(f"\n[cpu smoke] scripts/smoke_cpu.sh took {wall_s:.0f} s ({work})", file=sys.stderr)
     return _smoke(work, stdout, wall_s)
@@ -153,8 +162,9 @@ def smoke(tmp_path_factory, shared_gsm8k_dir_or_mini) -> Smoke:
 def _smoke(work: Path, stdout: str, wall_s: float) -> Smoke:
     output = work / "outputs"
     calls = json.loads((output / "logs" / TRACE_CALLS_FILE).read_text())
+    write_bytes = json.loads((output / "logs" / WRITE_BYTES_FILE).read_text())
     return Smoke(output=output, stdout=stdout, wall_s=wall_s, train=_launch(output, "train"),
-                 resume=_launch(output, "resume"), calls=calls)
+                 resume=_launch(output, "resume"), calls=calls, write_bytes=write_bytes)
 
 
 @pytest.fixture(scope="module")
@@ -246,19 +256,20 @@ def test_every_trajectory_of_the_tracing_worker_arrives_with_its_reward_and_the_
                          launch.log), "the fault was not injected into the chosen agent-loop worker"
         assert len(re.findall(r"Weave tracing is OFF for this run: weave\.init\(", launch.log)) == 1, \
             "exactly one agent-loop worker's weave.init should fail"
-    # the tracing worker: verl hands each worker an equal slice of every generate_sequences batch, and the
-    # recipe traces up to TRACE_PROMPTS_PER_WORKER prompts of it (all their rollouts); validation has n=1
-    per_train = min(PROMPTS_PER_STEP // AGENT_WORKERS, TRACE_PROMPTS_PER_WORKER) * ROLLOUT_N
-    per_val = min(VAL_PROMPTS // AGENT_WORKERS, TRACE_PROMPTS_PER_WORKER)
-    made = per_train * len(TRAIN_STEPS) + per_val * len(VAL_STEPS)
+    # the tracing worker: verl hands each worker an equal slice of every generate_sequences batch, and under the
+    # budget of 1 group a step the workers trace 1 prompt in turn (recipes.tracing.volume.groups_on_worker): the
+    # tracing worker's turns are the steps it traces (all rollouts of its prompt); validation has n=1
+    per_train = {step: groups_on_worker(TRACING_WORKER, AGENT_WORKERS, 1, step) * ROLLOUT_N for step in TRAIN_STEPS}
+    per_val = {step: groups_on_worker(TRACING_WORKER, AGENT_WORKERS, 1, step) for step in VAL_STEPS}
+    made = sum(per_train.values()) + sum(per_val.values())
     roots = [c for c in smoke.calls if c["parent_id"] is None]
     assert len(roots) == made, f"traced trajectories received {len(roots)}, made by the tracing worker {made}"
     keys = {(c["attributes"].get("validate", False), c["attributes"]["step"], c["attributes"]["sample_index"],
              c["attributes"]["rollout_n"]) for c in roots}
     assert len(keys) == made, "a trajectory arrived twice or without its step / sample / rollout attributes"
-    by_phase = [(validate, step) for validate, step, _, _ in keys]
-    assert {step for validate, step in by_phase if not validate} == set(TRAIN_STEPS), by_phase
-    assert {step for validate, step in by_phase if validate} == set(VAL_STEPS), by_phase
+    received = Counter((validate, step) for validate, step, _, _ in keys)
+    assert received == Counter({**{(False, s): n for s, n in per_train.items() if n},
+                                **{(True, s): n for s, n in per_val.items() if n}}), received
     for root in roots:  # whole: ended, with the recipe's reward in the root's output, every turn below it
         assert root["ended"] and root["exception"] is None, root
         reward = (root["output"] or {}).get("reward")
@@ -287,6 +298,60 @@ def test_each_trace_root_shows_the_score_the_trainer_used_for_that_trajectory(sm
                 and r["output"].strip().endswith(out["final_answer"].strip())]
         assert same, f"no dump line of {folder}/{attrs['step']}.jsonl matches trace root {root['id']}"
         assert {r["score"] for r in same} == {out["reward"]}, (out["reward"], [r["score"] for r in same])
+
+
+def test_the_budget_is_clamped_to_one_group_a_step_and_said_so(smoke):
+    for launch in (smoke.train, smoke.resume):
+        assert f"[traces] TRACE_GB_PER_DAY={TRACE_GB_PER_DAY} is below one GRPO group a step" in launch.log
+        assert "tracing 1 group a step (clamped)" in launch.log
+        assert re.search(r"^\[traces\] weave, 1 GRPO group\(s\) a step \(1 prompt on 1 of the 2 agent-loop workers, "
+                         r"in turn, all 2 rollouts, one Weave thread each\) = 2 traced trajectories; ~[\d.]+ MB a step",
+                         launch.log, re.M), launch.log[-3000:]
+
+
+def test_each_traced_group_is_one_thread_whose_roots_carry_verls_advantages(smoke):
+    """Each traced training step: one thread of the group's ROLLOUT_N roots, each root's advantage what verl's
+    compute_grpo_outcome_advantage gives for the group's rewards as the trainer dumped them (the dump lines of the
+    same prompt; norm_adv_by_std_in_grpo as the recipe leaves it, on)."""
+    import torch
+    from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
+
+    roots = [c for c in smoke.calls if c["parent_id"] is None and not c["attributes"].get("validate")]
+    threads: dict[str, list[dict]] = {}
+    for root in roots:
+        threads.setdefault(root["thread_id"], []).append(root)
+    assert None not in threads, "a traced training rollout outside a thread"
+    assert sorted(len(members) for members in threads.values()) == [ROLLOUT_N] * len(threads) and threads
+    for thread_id, members in threads.items():
+        step = members[0]["attributes"]["step"]
+        prompt = members[0]["attributes"]["sample_index"]
+        assert thread_id.startswith(f"gsm8k_cpu_smoke/train/step{step}/prompt{prompt}/"), thread_id
+        question = next(m["content"] for m in members[0]["output"]["messages"] if m["role"] == "user")
+        scores = [json.loads(line)["score"] for line in (smoke.output / "rollouts" / f"{step}.jsonl").open()
+                  if question in json.loads(line)["input"]]
+        assert len(scores) == ROLLOUT_N, (step, scores)
+        advantages, _ = compute_grpo_outcome_advantage(torch.tensor(scores).unsqueeze(-1), torch.ones(ROLLOUT_N, 1),
+                                                       ["group"] * ROLLOUT_N, norm_adv_by_std_in_grpo=True)
+        verl = {score: float(a) for score, a in zip(scores, advantages[:, 0], strict=True)}
+        for member in members:
+            out = member["output"]
+            assert list(out)[:5] == ["reward", "advantage", "group_mean", "group_std", "group_size"], list(out)[:6]
+            assert out["advantage"] == pytest.approx(verl[out["reward"]], abs=1e-6), (thread_id, out, scores)
+        # every call of the group's rollouts carries its thread
+        traces = {m["trace_id"] for m in members}
+        assert {c["thread_id"] for c in smoke.calls if c["trace_id"] in traces} == {thread_id}
+
+
+def test_wandb_received_the_trace_bytes_the_relay_counted(smoke):
+    """What the relay says it sent (its spool's count over both launches, OUTPUT_DIR/trace_relays.json) is what W&B
+    (the stand-in) received in the trace writes' bodies, within 5%."""
+    relays = json.loads((smoke.output / "trace_relays.json").read_text())["nodes"]
+    sent = sum(node["sent_bytes"] for node in relays)
+    received = sum(smoke.write_bytes.values())
+    assert received and abs(sent - received) <= 0.05 * received, (sent, smoke.write_bytes)
+    roots = [c for c in smoke.calls if c["parent_id"] is None]
+    print(f"\n[cpu smoke] W&B received {received} trace bytes (calls: {smoke.write_bytes.get('calls/complete')}), "
+          f"{received / len(roots):.0f} per traced trajectory; the relay counted {sent}", file=sys.stderr)
 
 
 def test_the_console_says_once_where_the_traces_are_and_prints_no_link_per_call(smoke):

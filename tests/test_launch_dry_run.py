@@ -6,6 +6,7 @@ A launch-mode call here must always fail its preflight (nothing may start): each
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -128,7 +129,8 @@ def test_the_dry_run_plan_says_what_the_launch_would_do(default_dry_run, prepare
     assert planned.row("tools") == f"calculator ({tool_file}), at most 5 assistant turns"
     assert planned.row("hardware").startswith("1 node(s) x 8 GPU(s); rollout sglang, TP 1: 8 engine(s)")
     assert planned.row("batch").startswith("256 prompts x 16 samples = 4096 trajectories per step")
-    assert planned.row("tracing").startswith("weave, 1 prompt(s) per agent-loop worker per step")
+    assert planned.row("tracing").startswith(  # its volume: tests/test_trace_volume.py
+        "weave, 16 GRPO group(s) a step (1 prompt(s) on each of the 16 agent-loop workers, all 16 rollouts")
     assert planned.row("outputs").startswith(f"{REPO_ROOT}/outputs/gsm8k_calculator_8xh100 (checkpoints/")
     # why verl's deprecated trainer: said once, where verl's own warning would otherwise puzzle
     assert planned.row("trainer").startswith("legacy (trainer.use_v1=false), on purpose: verl 0.9.1's V1 trainer")
@@ -387,6 +389,10 @@ def test_the_plan_says_updates_steps_and_what_validation_scores(gsm8k_sized):
     assert rows["schedule"].startswith("435 steps = 15 epochs x 29 (7473 rows // 256);")
     assert rows["validate"].startswith("all 1319 questions x 1 sample(s) at temperature 0, up to 1024 response tokens")
     assert "differs" not in rows  # the recipe's own profile
+    # the traces of the whole run: a step's times the steps the schedule counts
+    volume = r"~([\d.]+) MB a step, .*~([\d.]+) GB per run \(435 steps\)"
+    per_step, per_run = re.search(volume, rows["tracing"]).groups()
+    assert float(per_run) == pytest.approx(float(per_step) * 435 / 1e3, abs=0.01)
     smoke = profile_plan(gsm8k_sized, "1gpu_smoke", "trainer.val_only=True")
     assert smoke["validate"].startswith("64 of 1319 questions, drawn at random each run (data.val_max_samples=64)")
     assert "up to 512 response tokens" in smoke["validate"] and "algorithm" not in smoke

@@ -173,3 +173,59 @@ def test_a_repeated_call_write_is_answered_but_kept_once(tmp_path):
     assert [a.status_code for a in answers] == [200] * 5
     kept_ids = [[c["id"] for c in r["batch"]] if "batch" in r else r["start"]["id"] for r in kept]
     assert kept_ids == [["a", "b"], ["c"], "d"]
+
+
+def test_what_wandb_receives_weighs_what_the_client_sent_and_the_relay_counts_it(tmp_path):
+    """Records the relay kept while W&B was down go as one merged request: re-encoded as weave encodes (compact,
+    UTF-8; json.dumps' defaults weighed ~6% more, escaping every `·`), and counted as sent once W&B took them."""
+    import httpx
+    from pydantic_core import to_json
+
+    def body(i: int) -> bytes:
+        item = {"project_id": "loopback-entity/p", "id": f"c{i}", "trace_id": f"t{i}", "op_name": "op",
+                "display_name": f"train step 1 · prompt {i} · rollout 0", "started_at": "2024-01-01T00:00:00Z",
+                "ended_at": "2024-01-01T00:00:01Z", "attributes": {"step": 1}, "inputs": {"q": "48 ÷ 2 = ?"},
+                "output": {"messages": [{"role": "assistant", "content": "48 / 2 = 24 — so 24."}]}, "summary": {}}
+        return to_json({"batch": [item]})  # what weave's sender posts (remote_http_trace_server.py)
+
+    with loopback_wandb() as wandb:
+        wandb.stop()
+        relay = TraceRelay(tmp_path / "spool", Upstream(wandb.url, wandb.url + "/traces", API_KEY),
+                           max_retry_interval_s=1).start()
+        try:
+            posted = [body(i) for i in range(3)]
+            for content in posted:
+                answer = httpx.post(relay.url + "/traces/v2/loopback-entity/p/calls/complete", content=content,
+                                    headers={"content-type": "application/json"})
+                assert answer.status_code == 200
+            wandb.start()
+            assert wait_until(lambda: relay.spool.pending_count == 0)
+        finally:
+            summary = relay.stop(drain_timeout_s=30)
+        received = dict(wandb.app.write_bytes)
+    assert wandb.app.request_count("/v2/loopback-entity/p/calls/complete") == 1  # merged
+    assert received["calls/complete"] <= sum(len(c) for c in posted) * 1.001, (received, sum(map(len, posted)))
+    assert summary.sent_bytes == sum(received.values()) and "MB" in summary.line(tmp_path)
+
+
+def test_answers_remembered_at_once_by_many_workers_do_not_collide(tmp_path):
+    """Every agent-loop worker's weave.init passes through the relay at the same moment; each W&B answer it
+    remembers (viewer.json, server_info.json) is written whole, none fails the request that brought it."""
+    import threading
+
+    spool, errors = Spool(tmp_path), []
+
+    def remember(worker: int) -> None:
+        try:
+            for i in range(200):
+                spool.write_json("viewer.json", {"viewer": {"username": f"u{worker}", "i": i}})
+        except OSError as err:
+            errors.append(err)
+
+    threads = [threading.Thread(target=remember, args=(w,)) for w in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == [] and spool.read_json("viewer.json")["viewer"]["i"] == 199
+    assert not list(tmp_path.glob("*.tmp"))

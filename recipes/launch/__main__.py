@@ -33,6 +33,7 @@ from recipes.launch.decision import (
     dry_run_lines,
     plan_launch,
     traces_line,
+    traces_volume_line,
 )
 from recipes.launch.knobs import KnobError, Knobs
 
@@ -97,7 +98,7 @@ def submit(launch: Launch, environ) -> int:
         return 1
     if not check_launch(launch, environ=environ).ok:
         return 1
-    _say_where_traces_go(launch)
+    _say_where_traces_go(launch, volume=True)
     knobs = {name: value for name, value in launch.knobs.as_environ().items()
              if name not in ("SUBMIT", "DRY_RUN", "DRY_RUN_CONFIG", "PYTHON")}
     return ray_job.submit_and_follow(launch.ray_address, ray_job.job_payload(knobs, launch.overrides), dict(environ))
@@ -111,7 +112,7 @@ def train(launch: Launch, environ) -> int:
 
     if not check_launch(launch, environ=environ).ok:
         return 1
-    _say_where_traces_go(launch)
+    _say_where_traces_go(launch, volume=True)
     if not OmegaConf.select(launch.config, "trainer.use_v1"):
         print(f"[launch] trainer: {LEGACY_TRAINER_NOTE}", file=sys.stderr)
     for note in launch.notes:
@@ -123,11 +124,12 @@ def train(launch: Launch, environ) -> int:
     return run_training(launch)
 
 
-def _say_where_traces_go(launch: Launch) -> None:
-    """Once per launch: where the traces can be opened (the workers print no link per call)."""
-    line = traces_line(launch)
-    if line:
-        print(f"[traces] {line}", file=sys.stderr)
+def _say_where_traces_go(launch: Launch, volume: bool = False) -> None:
+    """Once per launch: where the traces can be opened (the workers print no link per call); `volume`: and what
+    they weigh (a dry run's plan has it in its tracing row)."""
+    for line in (traces_line(launch), volume and traces_volume_line(launch)):
+        if line:
+            print(f"[traces] {line}", file=sys.stderr)
 
 
 if __name__ == "__main__":

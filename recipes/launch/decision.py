@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 
 from recipes.constants import CONFIG_DIR, CONFIG_NAME, REPO_ROOT
 from recipes.launch.knobs import Knobs, launch_overrides
-from recipes.launch.plan import plan_lines
+from recipes.launch.plan import plan_lines, trace_shape
 from recipes.launch.relays import RelayPlan, relay_plan
 
 # The modes, in the order the knobs pick them. CHECK_ONLY: the checks a launch on this node runs (GPUs, driver,
@@ -96,7 +96,7 @@ def plan_launch(knobs: Knobs, user_overrides: list[str] | tuple[str, ...] = (), 
 
 def check_launch(launch: Launch, out=None, environ: dict | None = None):
     """Run the preflight for this launch, in this process, and complete the plan from the composed config: the
-    relays, and (on a cluster) the Ray sizes dropped. Returns the Preflight; see its `ok`."""
+    trace budget, the relays, and (on a cluster) the Ray sizes dropped. Returns the Preflight; see its `ok`."""
     from recipes.preflight.run import run_preflight
 
     environ = os.environ if environ is None else environ
@@ -105,6 +105,8 @@ def check_launch(launch: Launch, out=None, environ: dict | None = None):
     if preflight.config is None:
         return preflight
     launch.config = preflight.config
+    if launch.knobs.trace_gb_per_day and not launch.job and preflight.ok:  # a job got them from its submitter
+        _apply_trace_budget(launch, preflight, out or sys.stderr)
     launch.relay = relay_plan(launch.knobs, preflight.config, launch.cluster, environ)
     if launch.cluster:
         sizing = [key for key in CLUSTER_SIZING
@@ -114,6 +116,34 @@ def check_launch(launch: Launch, out=None, environ: dict | None = None):
             launch.notes.append(f"joining a running Ray cluster: ray_kwargs.ray_init.{{{','.join(sizing)}}} "
                                 "dropped (the cluster has its own sizes)")
     return preflight
+
+
+def _apply_trace_budget(launch: Launch, preflight, out) -> None:
+    """TRACE_GB_PER_DAY into main_ppo's overrides and the composed config; a budget that cannot apply stops the
+    launch as a preflight error does (one line)."""
+    from recipes.launch import trace_budget
+    from recipes.tracing.volume import TraceBudgetError
+
+    try:
+        overrides, note = trace_budget.budget_overrides(launch.config, launch.knobs.trace_gb_per_day,
+                                                        launch.user_overrides)
+    except TraceBudgetError as err:
+        preflight.report.error(str(err))
+        print(f"[preflight] ERROR: {err}", file=out)
+        return
+    launch.overrides += overrides
+    trace_budget.apply(launch.config, overrides)
+    if note:
+        print(f"[traces] {note}", file=out)
+
+
+def traces_volume_line(launch: Launch) -> str | None:
+    """What the run traces a step and what that weighs (the plan's tracing row), said once by a launch."""
+    if not launch.traces:
+        return None
+    from recipes.tracing.volume import describe
+
+    return describe(trace_shape(launch.config))
 
 
 def dry_run_lines(launch: Launch) -> list[str]:

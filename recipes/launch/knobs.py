@@ -51,6 +51,7 @@ class Knobs:
     n_gpus_per_node: str = _DEFAULTS["N_GPUS_PER_NODE"]
     nnodes: str = _DEFAULTS["NNODES"]
     trace: str = _DEFAULTS["TRACE"]
+    trace_gb_per_day: str = _DEFAULTS["TRACE_GB_PER_DAY"]
     logger: str = _DEFAULTS["LOGGER"]
     experiment_name: str = _DEFAULTS["EXPERIMENT_NAME"]
     output_dir: str = _DEFAULTS["OUTPUT_DIR"]
@@ -101,6 +102,14 @@ class Knobs:
                             f"{' '.join(_stems(TOOL_CONFIG_DIR))} {NO_TOOLS}")
         if self.trace not in TRACE_CHOICES:
             raise KnobError(f"TRACE must be on or off, not '{self.trace}'")
+        if self.trace_gb_per_day:
+            from recipes.launch.trace_budget import parse_budget
+            from recipes.tracing.volume import TraceBudgetError
+
+            try:
+                parse_budget(self.trace_gb_per_day)
+            except TraceBudgetError as err:
+                raise KnobError(str(err)) from None
         if self.trace_relay not in TRACE_RELAY_CHOICES:
             raise KnobError(f"TRACE_RELAY must be auto, off or offline, not '{self.trace_relay}'")
         if self.traces_kept_offline and not environ.get("WANDB_ENTITY"):

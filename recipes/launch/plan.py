@@ -14,6 +14,7 @@ from recipes.launch.algorithm import (
     differences,
     profile_of,
     reference_config,
+    schedule_of,
     steps_text,
     validation_line,
 )
@@ -87,8 +88,19 @@ def _tracing(config: DictConfig) -> str:
     where = f"W&B project {_get(config, 'trainer.project_name')}, logger {logger}"
     if _get(config, "actor_rollout_ref.rollout.trace.backend") != "weave":
         return f"off; {where}"
-    samples = _get(config, "actor_rollout_ref.rollout.trace.max_samples_per_step_per_worker")
-    return f"weave, {samples} prompt(s) per agent-loop worker per step (all their samples); {where}"
+    from recipes.tracing.volume import describe
+
+    return f"{describe(trace_shape(config))}; {where}"
+
+
+def trace_shape(config: DictConfig):
+    """What sets the run's trace volume, its steps as verl will count them (the whole run's traces: per run)."""
+    from dataclasses import replace
+
+    from recipes.tracing.volume import TraceShape
+
+    shape = TraceShape.of(config)
+    return shape if shape.steps is not None else replace(shape, steps=schedule_of(config).steps)
 
 
 def _outputs(config: DictConfig) -> str:

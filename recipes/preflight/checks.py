@@ -201,6 +201,12 @@ def check_tracing(config: DictConfig, report: Report) -> None:
                      "loops; set trainer.use_v1=False (the recipe's default) or TRACE=off")
     if trace.max_samples_per_step_per_worker is not None and trace.max_samples_per_step_per_worker <= 0:
         report.error("trace.max_samples_per_step_per_worker <= 0 records nothing; use a positive number or TRACE=off")
+    if not OmegaConf.select(config, "trainer.val_only"):
+        from recipes.tracing.volume import TraceShape, split_refusal
+
+        refusal = split_refusal(TraceShape.of(config))
+        if refusal:
+            report.error(refusal)
     if not trace.token2text:
         report.warn("trace.token2text=False: traces will show token ids only, no readable text")
 

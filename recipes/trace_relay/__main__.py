@@ -134,7 +134,7 @@ def _status(args) -> int:
 
     spool = Spool(args.spool)
     rejected = args.spool / "rejected.spool"
-    print(f"{args.spool}: {spool.sent_count} records sent, {spool.pending_count} pending"
+    print(f"{args.spool}: {spool.sent_count} records sent ({spool.sent_bytes} bytes), {spool.pending_count} pending"
           + (f", rejected records in {rejected}" if rejected.exists() else ""))
     return 0
 

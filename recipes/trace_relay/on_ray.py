@@ -69,11 +69,13 @@ class NodeSummary:
     status: int | None = None  # the last relay's exit status (0: nothing left, 3: records pending)
     error: str | None = None  # why no summary came from the node itself
     extra: dict = field(default_factory=dict)
+    sent_bytes: int = 0  # the request bodies W&B accepted (trace data as W&B counts it)
 
     def line(self) -> str:
         from recipes.trace_relay.spool import Summary
 
-        text = f"trace relay on {self.node}: " + Summary(self.sent, self.pending, self.rejected).line(self.spool)
+        text = f"trace relay on {self.node}: " + Summary(self.sent, self.pending, self.rejected,
+                                                          sent_bytes=self.sent_bytes).line(self.spool)
         if self.replaced:
             text += f"; relay replaced {self.replaced} time(s) ({self.hangs} of them for not answering)"
         if self.error:
@@ -89,6 +91,7 @@ def spool_summary(node: str, spool: Path, keeper: RelayKeeper | None = None, sta
     counts = Spool(spool) if (spool / "segments").is_dir() else None
     rejected = rejected_count(spool)
     return NodeSummary(node=node, spool=str(spool), sent=(counts.sent_count - rejected) if counts else 0,
+                       sent_bytes=counts.sent_bytes if counts else 0,
                        pending=counts.pending_count if counts else 0, rejected=rejected,
                        replaced=keeper.replaced if keeper else 0, hangs=keeper.hangs if keeper else 0,
                        status=status, error=error)

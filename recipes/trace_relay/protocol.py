@@ -180,8 +180,17 @@ def _feedback_answer(item: dict) -> dict:
             "wb_user_id": item.get("wb_user_id") or "", "payload": item.get("payload") or {}}
 
 
-def _dump(value: Any) -> bytes:
-    return json.dumps(value).encode()
+def encode(value: Any) -> bytes:
+    """JSON as weave itself sends it (compact, UTF-8): what the relay re-encodes must not weigh more at W&B than what
+    the client posted (json.dumps' defaults add a space after every separator and escape every non-ASCII character,
+    ~6% more on a rollout trace)."""
+    try:
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+    except UnicodeEncodeError:  # a lone surrogate is not UTF-8: escaped, as json.dumps does by default
+        return json.dumps(value, separators=(",", ":")).encode()
+
+
+_dump = encode
 
 
 def _text(value: bytes | None) -> str | None:

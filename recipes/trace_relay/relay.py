@@ -71,7 +71,7 @@ class TraceRelay:
             error = self.forwarder.drain(time.monotonic() + drain_timeout_s)
         rejected = self.forwarder.rejected_total if self.forwarder else 0
         summary = Summary(self.spool.sent_count - rejected, self.spool.pending_count, rejected,
-                          error or self.last_error)
+                          error or self.last_error, self.spool.sent_bytes)
         self.spool.close()
         return summary
 

@@ -47,7 +47,7 @@ class RepeatFilter:
             req = json.loads(body)
             fresh = [item for item in req["batch"] if ("complete", item["id"]) not in self._seen]
             self.repeats += len(req["batch"]) - len(fresh)
-            return json.dumps({**req, "batch": fresh}).encode() if fresh else None
+            return protocol.encode({**req, "batch": fresh}) if fresh else None
         self.repeats += 1
         return None
 

@@ -53,9 +53,11 @@ class Summary:
     pending: int
     rejected: int
     error: str | None = None
+    sent_bytes: int = 0  # the request bodies W&B accepted: the trace data it counts
 
     def line(self, spool_dir) -> str:
-        text = f"{self.sent} trace records sent to W&B, {self.pending} pending"
+        size = f" ({self.sent_bytes / 1e6:.2f} MB)" if self.sent_bytes else ""
+        text = f"{self.sent} trace records sent to W&B{size}, {self.pending} pending"
         if self.rejected:
             text += f", {self.rejected} rejected by W&B (kept in {spool_dir}/rejected.spool)"
         if self.pending:
@@ -80,6 +82,7 @@ class Spool:
         checkpoint = self._read_checkpoint()
         self.sent_position = Position(checkpoint["segment"], checkpoint["offset"])
         self.sent_count = checkpoint["sent"]
+        self.sent_bytes = checkpoint.get("sent_bytes", 0)  # kept with the count: a spool outlives its relays
         self.pending_count = sum(1 for _ in self._scan(self.sent_position, with_bodies=False))
         segments = self._segment_numbers()
         self._segment = segments[-1] if segments else max(1, self.sent_position.segment)
@@ -186,15 +189,18 @@ class Spool:
         over may see again from a client whose request the previous relay kept but never answered."""
         return self._scan(Position(self._segment, 0), with_bodies=True)
 
-    def mark_sent(self, records: list[Record]) -> None:
+    def mark_sent(self, records: list[Record], sent_bytes: int = 0) -> None:
+        """`records` are done with (sent, or set aside); `sent_bytes`: the bytes W&B accepted for them."""
         if not records:
             return
         with self._lock:
             self.sent_position = records[-1].end
             self.sent_count += len(records)
+            self.sent_bytes += sent_bytes
             self.pending_count -= len(records)
             _write_json_atomically(self.root / "checkpoint.json", {
-                "segment": self.sent_position.segment, "offset": self.sent_position.offset, "sent": self.sent_count})
+                "segment": self.sent_position.segment, "offset": self.sent_position.offset, "sent": self.sent_count,
+                "sent_bytes": self.sent_bytes})
             for number in self._segment_numbers():
                 if number < self.sent_position.segment:
                     self._segment_path(number).unlink(missing_ok=True)
@@ -252,7 +258,8 @@ class Spool:
 
 
 def _write_json_atomically(path: Path, value: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
+    # a temporary file of this thread's own: the relay's request threads remember W&B's answers at the same time
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     with open(tmp, "w") as handle:
         json.dump(value, handle)
         handle.flush()

@@ -166,19 +166,19 @@ class Forwarder:
                 self.spool.mark_sent(group)
                 return SendResult(sent=len(group))
             if len(group) == 1:
-                group[0].body = json.dumps({**json.loads(group[0].body), "batch": merged}).encode()
+                group[0].body = protocol.encode({**json.loads(group[0].body), "batch": merged})
         self._checked_first = True
         if len(group) > 1:
-            response = self._post(group[0], json.dumps({"batch": merged}).encode())
+            response, posted = self._post(group[0], protocol.encode({"batch": merged}))
             if response.status_code < 400:
-                self.spool.mark_sent(group)
+                self.spool.mark_sent(group, posted)
                 return SendResult(sent=len(group))
             group = group[:1]  # W&B refused the merged request: find the record it refuses, one at a time
         record = group[0]
-        response = self._post(record, record.body)
+        response, posted = self._post(record, record.body)
         if response.status_code < 400:
             self._learn_digests(record, response)
-            self.spool.mark_sent(group)
+            self.spool.mark_sent(group, posted)
             return SendResult(sent=1)
         self._reject(record, response)
         self.spool.mark_sent(group)
@@ -204,13 +204,14 @@ class Forwarder:
                            "sending the other %d", len(stored & set(ids)), len(ids), len(set(ids) - stored))
         return [call for call in calls if call.get("id") not in stored]
 
-    def _post(self, record: Record, body: bytes) -> httpx.Response:
+    def _post(self, record: Record, body: bytes) -> tuple[httpx.Response, int]:
+        """W&B's answer, and the body bytes it was sent (what W&B counts as trace data received)."""
         if record.content_type.startswith("application/json"):
             body = self.digests.rewrite(body)
         headers = {**record.headers, "content-type": record.content_type}
         response = self.upstream.request("POST", self.upstream.trace_url_for(record.route), body, headers)
         _raise_for(response, record.route)
-        return response
+        return response, len(body)
 
     def _learn_digests(self, record: Record, response: httpx.Response) -> None:
         if not record.digest:

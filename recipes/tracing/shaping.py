@@ -8,7 +8,9 @@ text (token2text's decoded prompt/response, messages, tool arguments and results
 lists and verl's AgentData object with short placeholders. It also names each trajectory's root call after
 its GRPO group so the group's rollouts sort together in the Weave UI, puts the recipe loop's summary (reward
 first, then the conversation as chat messages) at the top of the root's output, and logs the conversation once
-more under the root as a chat-completion call, which the Weave UI shows in its Chat tab.
+more under the root as a chat-completion call, which the Weave UI shows in its Chat tab. The root of a traced
+training rollout is held until its step's rewards are in, then finished with its group's figures
+(recipes/tracing/groups.py).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from recipes.tracing.groups import GroupBook
 from recipes.tracing.sender import post_encoded_batches
 
 logger = logging.getLogger(__name__)
@@ -107,6 +110,7 @@ class TextOnlyTracer:
         skip_plain_values(client)
         # trajectory roots not finished yet, by object id (a call's op_name may still be a pending publish)
         self._open_roots: set[int] = set()
+        self.groups = GroupBook()  # roots of traced GRPO groups, held until their step's figures are known
 
     def create_call(self, op: str, inputs: dict, attributes: dict | None = None, **kwargs) -> Any:
         attributes = dict(attributes or {})
@@ -133,6 +137,8 @@ class TextOnlyTracer:
             if summary and isinstance(clean, dict):  # the recipe loop's summary goes first in the root's output
                 clean = {**summary, **{k: v for k, v in clean.items() if k not in summary}}
                 self._log_chat(call, summary.get("messages"))
+            if exception is None and self.groups.hold(call, clean, kwargs):
+                return None  # finished by the worker once the step's rewards are in (groups.close_step)
         return self.client.finish_call(call, output=clean, exception=exception, **kwargs)
 
     def _log_chat(self, root: Any, messages: list[dict] | None) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from verl.utils.rollout_trace import rollout_trace_op
 from verl.workers.rollout.replica import TokenOutput
@@ -20,19 +19,20 @@ def tool_call(name: str, **arguments) -> str:
     return f'<tool_call>\n{json.dumps({"name": name, "arguments": arguments})}\n</tool_call>'
 
 
-@dataclass
 class ScriptedLLM:
     """`script_for(prompt_text) -> list of turn texts`; the n-th generate call of a trajectory gets turn n.
 
     Trajectories are told apart by verl's request_id (one per trajectory); the prompt text lets a script
-    depend on the question, so concurrent rollouts of different rows each follow their own script.
+    depend on the question, so concurrent rollouts of different rows each follow their own script. A plain class:
+    verl's agent-loop worker hands its client to each loop through hydra, which would turn a dataclass into a config.
     """
 
-    tokenizer: object
-    script_for: Callable[[str], list[str]]
-    calls: list[dict] = field(default_factory=list)
-    _turns: dict[str, int] = field(default_factory=dict)
-    _scripts: dict[str, list[str]] = field(default_factory=dict)
+    def __init__(self, tokenizer: object, script_for: Callable[[str], list[str]]) -> None:
+        self.tokenizer = tokenizer
+        self.script_for = script_for
+        self.calls: list[dict] = []
+        self._turns: dict[str, int] = {}
+        self._scripts: dict[str, list[str]] = {}
 
     @rollout_trace_op  # traced like verl's LLMServerClient.generate
     async def generate(self, *, request_id: str, prompt_ids: list[int], sampling_params: dict, **_) -> TokenOutput:

@@ -3,9 +3,11 @@
 Unlike recipes.harness.standins.weave_memory_server (which hands the weave client an in-process server object), this
 puts the whole client in play: its HTTP transport, batching, retries, flush, exit behaviour and response cache.
 It answers what the real weave 0.54 client sends (/server_info, the GraphQL project, viewer and UpsertModel
-requests of weave.init, the trace writes, and the reads /calls/stream_query, /calls/query_stats, /obj/read,
-/table/query, /refs/read_batch), records everything in a MemoryTraceServer, never answers 4xx to a write
-(weave drops those without retry), and can be stopped and started again on the same port to play an outage.
+requests of weave.init, the trace writes, and the reads /calls/stream_query, /calls/query_stats,
+/threads/stream_query, /obj/read, /table/query, /refs/read_batch), records everything in a MemoryTraceServer with
+the bytes of every write's body (what W&B counts as trace data received), never answers 4xx to a write (weave drops
+those without retry; a read it cannot answer gets 400, which weave does not retry either), and can be stopped and
+started again on the same port to play an outage.
 
 Objects are digested as the real server digests them: after turning `weave:///entity/project/...` refs into
 refs to an internal project id, so a value holding refs gets a different digest than a client-side guess.
@@ -19,8 +21,9 @@ refs to an internal project id, so a value holding refs gets a different digest 
     SIGTERM
 
 `GET /standin/received` (the stand-in's own route, no W&B has it) answers what it received: every call (id,
-parent, trace, op, attributes, ended) and how many times each call's start arrived, for a benchmark to count from
-outside (scripts/trace_tally.py).
+parent, trace, thread, op, attributes, ended), how many times each call's start arrived and the write bytes by
+route, for a benchmark to count from outside (scripts/trace_tally.py, which asks it only for the repeats, which no
+W&B can report).
 """
 
 from __future__ import annotations
@@ -48,7 +51,9 @@ RECEIVED_PATH = "/standin/received"
 _READS = {  # route -> MemoryTraceServer method
     "/calls/stream_query": "calls_query_stream", "/calls/query_stats": "calls_query_stats", "/obj/read": "obj_read",
     "/table/query": "table_query", "/refs/read_batch": "refs_read_batch",
+    "/threads/stream_query": "threads_query_stream",
 }
+_STREAMS = ("/calls/stream_query", "/threads/stream_query")  # answered as JSON lines
 
 
 class WandbStandIn:
@@ -64,13 +69,15 @@ class WandbStandIn:
         self.digest_mismatches: list[tuple[str, str, str]] = []  # (route, expected by client, computed here)
         self.requests: list[tuple[str, str]] = []  # (method, route), in arrival order
         self.call_starts_received: Counter[str] = Counter()  # call id -> starts received (storage keeps one)
+        self.write_bytes: Counter[str] = Counter()  # route -> body bytes of the trace writes received
+        self.serves_received = True  # False: only W&B's own routes, as any other W&B (no RECEIVED_PATH)
         self._lock = threading.Lock()
 
     def handle(self, request: Request) -> Response:
         route = protocol.trace_route(request.path)
         with self._lock:
             self.requests.append((request.method, route))
-        if request.path == RECEIVED_PATH:
+        if request.path == RECEIVED_PATH and self.serves_received:
             return Response.json(self.received())
         if request.path.split("?")[0] == protocol.GRAPHQL_PATH:
             answer = protocol.answer_graphql(request.body, self.entity, USERNAME)
@@ -86,10 +93,15 @@ class WandbStandIn:
             return Response.json(self._record(route, request))
         if route in _READS:
             return self._read(route, json.loads(request.body or b"{}"))
+        if request.method == "GET":  # a read of a route W&B does not have either
+            return Response.json({"reason": f"no route GET {route}"}, 404)
         # never 4xx: the client would drop what it sent; a 501 names what is missing here
         return Response.json({"reason": f"the W&B stand-in does not implement {request.method} {route}"}, 501)
 
     def _record(self, route: str, request: Request) -> dict:
+        with self._lock:
+            self.write_bytes["calls/complete" if protocol.CALLS_COMPLETE.fullmatch(route) else route] += \
+                len(request.body or b"")
         ctype = request.headers.get("content-type", "")
         local = protocol.answer_write(route, ctype, request.body, ref_converter=self._to_internal)
         expected = self._expected_digest(route, ctype, request.body)
@@ -119,10 +131,11 @@ class WandbStandIn:
     def _read(self, route: str, req: dict) -> Response:
         try:
             result = getattr(self.storage, _READS[route])(req)
-        except (NotImplementedError, KeyError) as err:
-            return Response.json({"reason": str(err)}, 501 if isinstance(err, NotImplementedError) else 404)
-        if route == "/calls/stream_query":
-            body = b"".join(row.model_dump_json().encode() + b"\n" for row in result)
+        except (NotImplementedError, KeyError) as err:  # 400: weave retries a 5xx for seconds, a 4xx not at all
+            return Response.json({"reason": str(err)}, 400 if isinstance(err, NotImplementedError) else 404)
+        if route in _STREAMS:
+            body = b"".join((row.model_dump_json().encode() if hasattr(row, "model_dump_json")
+                             else json.dumps(row, default=str).encode()) + b"\n" for row in result)
             return Response(body=body, content_type="application/jsonl")
         if route == "/calls/query_stats":
             return Response(body=result.model_dump_json().encode(), content_type="application/json")
@@ -144,12 +157,14 @@ class WandbStandIn:
             value, lambda ext: "internal-" + hashlib.sha256(ext.encode()).hexdigest()[:16])
 
     def received(self) -> dict:
-        """Every call received (id, parent_id, trace_id, op_name, attributes, ended) and the starts received per
-        call id."""
-        calls = [{key: call[key] for key in ("id", "parent_id", "trace_id", "op_name", "attributes", "ended")}
+        """Every call received (id, parent_id, trace_id, thread_id, op_name, attributes, ended), the starts
+        received per call id and the write bytes received by route."""
+        calls = [{key: call[key] for key in ("id", "parent_id", "trace_id", "thread_id", "op_name", "attributes",
+                                             "ended")}
                  for call in self.storage.recorded_calls()]
         with self._lock:
-            return {"calls": calls, "starts_received": dict(self.call_starts_received)}
+            return {"calls": calls, "starts_received": dict(self.call_starts_received),
+                    "write_bytes": dict(self.write_bytes)}
 
     def request_count(self, route: str) -> int:
         with self._lock:
@@ -220,8 +235,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--entity", default="loopback-entity")
     p.add_argument("--url-file", type=Path, help="write the URL here once it listens")
+    p.add_argument("--plain", action="store_true", help=f"W&B's own routes only (no {RECEIVED_PATH}), as another W&B")
     args = p.parse_args(argv)
     server = LoopbackWandb(args.entity, port=args.port).start()
+    server.app.serves_received = not args.plain
     if args.url_file:
         tmp = args.url_file.with_name(args.url_file.name + ".tmp")
         tmp.write_text(server.url + "\n")

@@ -112,18 +112,42 @@ class MemoryTraceServer:
 
     def calls_query_stream(self, req: dict) -> Iterator[CallRow]:
         """Calls of the project that match `filter` (op_names with `:*` version wildcards, call_ids,
-        parent_ids, trace_ids, trace_roots_only) and `query` (the `$expr` subset in `_evaluate`), in start
-        order, with offset/limit. Anything else in a request raises: a stand-in must not answer a question
-        it does not understand as if it had."""
+        parent_ids, trace_ids, thread_ids, turn_ids, trace_roots_only) and `query` (the `$expr` subset in
+        `_evaluate`), in start order or by `sort_by` (top-level fields), with offset/limit. Anything else in a
+        request raises: a stand-in must not answer a question it does not understand as if it had."""
         unknown = {key for key, value in (req.get("filter") or {}).items() if value is not None} - _FILTER_KEYS
-        if unknown or req.get("sort_by"):
+        sort_by = req.get("sort_by") or []
+        unsortable = [spec["field"] for spec in sort_by if spec["field"] not in _SORT_FIELDS]
+        if unknown or unsortable:
             raise NotImplementedError(
-                f"MemoryTraceServer.calls_query_stream: unsupported {sorted(unknown) or 'sort_by'}")
+                f"MemoryTraceServer.calls_query_stream: unsupported {sorted(unknown) or f'sort_by {unsortable}'}")
         rows = [row for row in self._call_rows(req["project_id"])
                 if _matches(row, req.get("filter") or {}, req.get("query"))]
+        for spec in reversed(sort_by):  # the first key sorts last: it wins
+            rows.sort(key=lambda row: str(getattr(row, spec["field"]) or ""), reverse=spec.get("direction") == "desc")
         offset = req.get("offset") or 0
         limit = req.get("limit")
         yield from rows[offset: None if limit is None else offset + limit]
+
+    def threads_query_stream(self, req: dict) -> list[dict]:
+        """The project's threads as the Weave UI's thread list reads them: per thread id, its turn calls (a call
+        whose turn_id is its own id) counted, the first start and the last end; `filter.thread_ids` only."""
+        flt = req.get("filter") or {}
+        unknown = {key for key, value in flt.items() if value is not None} - {"thread_ids"}
+        if unknown or req.get("sort_by"):
+            raise NotImplementedError(
+                f"MemoryTraceServer.threads_query_stream: unsupported {sorted(unknown) or 'sort_by'}")
+        threads: dict[str, dict] = {}
+        for row in self._call_rows(req["project_id"]):
+            if not row.thread_id or row.turn_id != row.id:
+                continue
+            thread = threads.setdefault(row.thread_id, {"thread_id": row.thread_id, "turn_count": 0,
+                                                        "start_time": row.started_at, "first_turn_id": row.id,
+                                                        "last_updated": row.ended_at or row.started_at})
+            thread["turn_count"] += 1
+            thread["last_updated"] = max(thread["last_updated"], row.ended_at or row.started_at)
+        wanted = flt.get("thread_ids")
+        return [t for t in threads.values() if wanted is None or t["thread_id"] in wanted]
 
     def calls_query_stats(self, req: dict) -> t.CallQueryStatsResponse:
         return t.CallQueryStatsResponse(count=sum(1 for _ in self.calls_query_stream(
@@ -142,7 +166,8 @@ class MemoryTraceServer:
                 parent_id=start.get("parent_id"), display_name=start.get("display_name"),
                 started_at=start["started_at"], attributes=start.get("attributes") or {},
                 inputs=start.get("inputs") or {}, ended_at=end.get("ended_at"), exception=end.get("exception"),
-                output=end.get("output"), summary=end.get("summary")))
+                output=end.get("output"), summary=end.get("summary"), thread_id=start.get("thread_id"),
+                turn_id=start.get("turn_id"), wb_run_id=start.get("wb_run_id")))
         return rows
 
     # --- what the HTTP stand-in records (digests computed by the caller, as the real server computes them) ---
@@ -198,8 +223,8 @@ class MemoryTraceServer:
             return set(self.starts) & set(self.ends)
 
     def recorded_calls(self) -> list[dict]:
-        """Every call as a plain dict (id, parent_id, trace_id, op_name, display_name, attributes, inputs,
-        output, summary, exception, ended), in start order."""
+        """Every call as a plain dict (id, parent_id, trace_id, thread_id, turn_id, op_name, display_name,
+        attributes, inputs, output, summary, exception, ended), in start order."""
         with self._lock:
             starts = sorted(self.starts.values(), key=lambda s: str(s.get("started_at")))
             ends = dict(self.ends)
@@ -208,6 +233,7 @@ class MemoryTraceServer:
             end = ends.get(start["id"], {})
             calls.append({
                 "id": start["id"], "parent_id": start.get("parent_id"), "trace_id": start.get("trace_id"),
+                "thread_id": start.get("thread_id"), "turn_id": start.get("turn_id"),
                 "op_name": start.get("op_name"), "display_name": start.get("display_name"),
                 "attributes": start.get("attributes") or {}, "inputs": start.get("inputs") or {},
                 "output": end.get("output"), "summary": end.get("summary"), "exception": end.get("exception"),
@@ -221,13 +247,16 @@ class MemoryTraceServer:
             return {_digest(row): row for rows in self.tables.values() for row in rows}
 
 
-_FILTER_KEYS = frozenset({"op_names", "call_ids", "parent_ids", "trace_ids", "trace_roots_only"})
+_FILTER_KEYS = frozenset({"op_names", "call_ids", "parent_ids", "trace_ids", "thread_ids", "turn_ids",
+                          "trace_roots_only"})
+_SORT_FIELDS = frozenset({"started_at", "ended_at", "id", "display_name"})
 
 
 def _matches(row: CallRow, flt: dict, query: dict | None) -> bool:
     if flt.get("op_names") and not any(_op_name_matches(row.op_name, name) for name in flt["op_names"]):
         return False
-    for key, field in (("call_ids", "id"), ("parent_ids", "parent_id"), ("trace_ids", "trace_id")):
+    for key, field in (("call_ids", "id"), ("parent_ids", "parent_id"), ("trace_ids", "trace_id"),
+                       ("thread_ids", "thread_id"), ("turn_ids", "turn_id")):
         if flt.get(key) is not None and getattr(row, field) not in flt[key]:
             return False
     if flt.get("trace_roots_only") and row.parent_id is not None:

@@ -21,15 +21,19 @@ between the relay and that endpoint notes each call the endpoint acknowledges. N
 Per step and arm: wall time; each agent-loop worker's CPU-seconds (split by where they go with py-spy:
 verl's loop and Ray, the recipe's parser, tool, scoring, trace summary, tracer and flush); trajectories per
 CPU-second; worker RSS after step 1 and at the end; traced calls and bytes; calls acknowledged by the endpoint,
-lag from a call's end to that acknowledgement, the relay's spool. Goals (a benchmark, not a timed test): recipe
-untraced <= 1.10x plain per trajectory; tracing at the profile's rate <= 2% of worker CPU; worker RSS growth
-< 50 MB over 50 steps (--arms recipe --steps 51 at a reduced shape); with --trace-all every traced
+lag from a call's end to that acknowledgement, the relay's spool. Per traced trajectory of the recipe arm: the bytes
+the endpoint acknowledged (each call as weave encodes it), overall and by the model's turns, and what that makes a
+step and a day at the 8xH100 profile's trace rate (recipes/tracing/volume.py). Goals (a benchmark, not a timed
+test): recipe untraced <= 1.10x plain per trajectory; tracing at the profile's rate <= 2% of worker CPU; worker RSS
+growth < 50 MB over 50 steps (--arms recipe --steps 51 at a reduced shape); with --trace-all every traced
 trajectory acknowledged exactly once. Last line:
 `RESULT trajectories=<t> steps=<N> traced=<expected> acknowledged=<a> lost_traces=<l> duplicate_traces=<d>
-recipe_cpu_ratio=<x> trace_cpu_share=<y> worker_rss_growth_mb=<m> relay_lag_p99_ms=<p>`: t over all arms; the
-traces, RSS and lag of the recipe arm; x = recipe_untraced / plain worker CPU per trajectory; y = what tracing
+recipe_cpu_ratio=<x> trace_cpu_share=<y> worker_rss_growth_mb=<m> relay_lag_p99_ms=<p> trace_bytes_per_trajectory=<b>
+trace_bytes_by_turns=<b1,...,b5> trace_mb_per_step=<s> trace_gb_per_day=<g>`: t over all arms; the traces, RSS and
+lag of the recipe arm; x = recipe_untraced / plain worker CPU per trajectory; y = what tracing
 adds to the recipe arm's worker CPU (against recipe_untraced, step by step; without that arm, as measured in the
-workers: the traced calls, the trace summary and weave's threads).
+workers: the traced calls, the trace summary and weave's threads); b: the recipe arm's bytes per traced trajectory
+(by the model's turns, 1 to 5; `-` where none ran); s, g: b projected to the 8xH100 profile's rate.
 """
 
 from __future__ import annotations
@@ -41,8 +45,9 @@ os.environ.setdefault("WANDB_ERROR_REPORTING", "false")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 PHASES = ("plain", "verl_weave", "recipe_untraced", "recipe")
-# docs/configuration.md "Step time on 8xH100 (estimate)": a whole step, and its rollout (when the agent loop works)
-GPU_STEP_ESTIMATE_S, ROLLOUT_ESTIMATE_S = 60, 30
+# docs/configuration.md "Step time on 8xH100 (estimate)": a step's rollout (when the agent loop works); the whole
+# step's estimate is the trace volume's (recipes/tracing/volume.py)
+ROLLOUT_ESTIMATE_S = 30
 TRACED_PHASE = "recipe"
 PROFILE = "8xh100"
 EXPERIMENT = "bench_rollout_{phase}"

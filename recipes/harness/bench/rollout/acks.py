@@ -12,7 +12,8 @@ from datetime import datetime
 
 class AckRecorder:
     """Sits between the relay and the W&B endpoint: forwards every request unchanged and notes, for each call the
-    endpoint answered 2xx, its trace, attributes, end time, size and when the answer came back."""
+    endpoint answered 2xx, its trace, attributes, end time, size on the wire (its start and end as the client
+    encodes them: compact JSON, what W&B counts), a root's assistant turns and when the answer came back."""
 
     _DROP = {"host", "content-length", "connection", "keep-alive", "transfer-encoding", "accept-encoding"}
 
@@ -36,11 +37,15 @@ class AckRecorder:
         answer = self.http.request(request.method, url, content=request.body or None, headers=headers)
         if 200 <= answer.status_code < 300 and protocol.is_write(request.method, route):
             acked = time.time()
+            pairs = protocol.complete_calls(route, request.body)
+            sizes = wire_sizes(route, request.body, pairs)
             with self.lock:
-                for start, end in protocol.complete_calls(route, request.body):
+                for (start, end), size in zip(pairs, sizes, strict=True):
                     call = self.calls.setdefault((start or end)["id"], {"bytes": 0})
-                    call["bytes"] += len(json.dumps(start)) + len(json.dumps(end)) if start and end else len(
-                        json.dumps(start or end))
+                    call["bytes"] += size
+                    turns = assistant_turns(end.get("output")) if end else None
+                    if turns is not None:  # a root's output: the recipe's chat messages
+                        call["turns"] = turns
                     if start:
                         self.starts[start["id"]] += 1
                         attributes = start.get("attributes") or {}
@@ -63,6 +68,26 @@ class AckRecorder:
                 mine.append(dict(call, step=root["step"], root_key=(root["step"], root["sample_index"],
                                                                      root["rollout_n"])))
         return mine
+
+
+def wire_sizes(route: str, body: bytes, pairs: list[tuple[dict, dict]]) -> list[int]:
+    """Bytes of each call's part of a write, as weave encodes it (pydantic_core.to_json: compact, UTF-8): a
+    calls/complete item whole, else its start or end; their sum is the body less its framing."""
+    from pydantic_core import to_json
+
+    from recipes.trace_relay import protocol
+
+    if protocol.CALLS_COMPLETE.fullmatch(route):
+        return [len(to_json(item)) for item in json.loads(body)["batch"]]
+    return [len(to_json(start or end)) for start, end in pairs]
+
+
+def assistant_turns(output) -> int | None:
+    """The model's turns in a root's output (the recipe's chat messages), or None without them."""
+    messages = output.get("messages") if isinstance(output, dict) else None
+    if not isinstance(messages, list):
+        return None
+    return sum(isinstance(m, dict) and m.get("role") == "assistant" for m in messages)
 
 
 def _timestamp(value) -> float | None:

@@ -7,9 +7,12 @@ from collections import Counter, defaultdict
 
 os.environ.setdefault("WANDB_ERROR_REPORTING", "false")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-from recipes.harness.bench.rollout import GPU_STEP_ESTIMATE_S, ROLLOUT_ESTIMATE_S, TRACED_PHASE
+from recipes.harness.bench.rollout import PROFILE, ROLLOUT_ESTIMATE_S, TRACED_PHASE
 from recipes.harness.bench.rollout.acks import AckRecorder
 from recipes.harness.bench.rollout.profiler import PARTS
+from recipes.tracing.volume import STEP_SECONDS_ESTIMATE as GPU_STEP_ESTIMATE_S
+
+MAX_TURNS = 5  # the recipe's multi_turn.max_assistant_turns: the by-turns figure's columns
 
 # ---- figures -----------------------------------------------------------------------------------------------------
 
@@ -72,18 +75,25 @@ def trace_figures(result: dict, recorder: AckRecorder) -> dict:
     made_by_key = Counter({k: v for k, v in made.items() if isinstance(k, tuple)})
     acked_by_key, roots_by_key = defaultdict(set), defaultdict(set)
     per_step = defaultdict(lambda: {"calls": 0, "bytes": 0})
+    bytes_by_key, turns_by_key = Counter(), {}
     lags = []
     for call in calls:
         acked_by_key[call["root_key"]].add(call["id"])
+        bytes_by_key[call["root_key"]] += call["bytes"]
         if call["parent_id"] is None:
             roots_by_key[call["root_key"]].add(call["id"])
+            turns_by_key[call["root_key"]] = call.get("turns")
         per_step[call["step"]]["calls"] += 1
         per_step[call["step"]]["bytes"] += call["bytes"]
         if call.get("ended_at"):
             lags.append(1e3 * (call["acked_at"] - call["ended_at"]))
     expected = sum(sum(s["expected_traced"]) for s in result["steps"])
-    acknowledged = sum(1 for key, n in made_by_key.items() if len(acked_by_key.get(key, ())) >= n
-                       and len(roots_by_key.get(key, ())) >= 1)
+    whole = [key for key, n in made_by_key.items() if len(acked_by_key.get(key, ())) >= n
+             and len(roots_by_key.get(key, ())) >= 1]
+    acknowledged = len(whole)
+    by_turns = defaultdict(list)
+    for key in whole:
+        by_turns[turns_by_key.get(key)].append(bytes_by_key[key])
     twice = {i for call in calls for i in [call["id"]] if recorder.starts[i] > 1}
     duplicates = sum(1 for key, ids in roots_by_key.items() if len(ids) > 1 or ids & twice)
     lags.sort()
@@ -92,7 +102,10 @@ def trace_figures(result: dict, recorder: AckRecorder) -> dict:
             "acked_calls": len(calls), "acknowledged": acknowledged, "lost": expected - acknowledged,
             "duplicates": duplicates, "per_step": dict(per_step),
             "lag_p50_ms": _percentile(lags, 0.50), "lag_p99_ms": _percentile(lags, 0.99),
-            "lag_max_ms": lags[-1] if lags else float("nan")}
+            "lag_max_ms": lags[-1] if lags else float("nan"),
+            "bytes_per_trajectory": sum(bytes_by_key[k] for k in whole) / len(whole) if whole else float("nan"),
+            "bytes_by_turns": {t: sum(b) / len(b) for t, b in sorted(by_turns.items(), key=lambda kv: kv[0] or 0)},
+            "trajectories_by_turns": {t: len(b) for t, b in by_turns.items()}}
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -141,7 +154,21 @@ def report(args, results: dict[str, dict], recorder: AckRecorder) -> dict:
                   f"{tf['acknowledged']} trajectories complete there, {tf['lost']} lost, {tf['duplicates']} twice; "
                   f"lag from a call's end to its acknowledgement p50 {tf['lag_p50_ms']:.0f} ms, "
                   f"p99 {tf['lag_p99_ms']:.0f} ms, max {tf['lag_max_ms']:.0f} ms")
+            print(f"bytes per traced trajectory as the endpoint acknowledged them: {tf['bytes_per_trajectory']:.0f} "
+                  "(mean); by the model's turns: " + ", ".join(
+                      f"{t}: {b:.0f} ({tf['trajectories_by_turns'][t]} trajectories)"
+                      for t, b in tf["bytes_by_turns"].items()))
     return figures
+
+
+def profile_volume(args, bytes_per_trajectory: float):
+    """The traces of a step and a day at the benchmark profile's own rate (its composed config), at the measured
+    bytes per trajectory."""
+    from recipes.launch.knobs import Knobs, compose_launch_config
+    from recipes.tracing.volume import TraceShape, volume
+
+    shape = TraceShape.of(compose_launch_config(Knobs(profile=PROFILE, tool_set=args.tool_set)))
+    return volume(shape, shape.groups_per_step(), round(bytes_per_trajectory))
 
 
 def print_goals(args, figures: dict) -> None:
@@ -207,9 +234,15 @@ def result_line(args, results: dict, figures: dict) -> str:
     paired = goals["trace_cpu_share_paired"]
     trace_share = paired if paired == paired else goals["trace_cpu_share"]
     trajectories = sum(s["trajectories"] for r in results.values() for s in r["steps"])
+    size = traced.get("bytes_per_trajectory", nan)
+    by_turns = ",".join(f"{traced['bytes_by_turns'][t]:.0f}" if t in traced.get("bytes_by_turns", {}) else "-"
+                        for t in range(1, MAX_TURNS + 1))
+    projected = profile_volume(args, size) if size == size else None
     return (f"RESULT trajectories={trajectories} steps={args.steps} traced={traced.get('expected', 0)} "
             f"acknowledged={traced.get('acknowledged', 0)} lost_traces={traced.get('lost', 0)} "
             f"duplicate_traces={traced.get('duplicates', 0)} recipe_cpu_ratio={goals['recipe_cpu_ratio']:.3f} "
             f"trace_cpu_share={trace_share:.4f} "
             f"worker_rss_growth_mb={recipe['rss_growth_mb'] if recipe else nan:.1f} "
-            f"relay_lag_p99_ms={traced.get('lag_p99_ms', nan):.0f}")
+            f"relay_lag_p99_ms={traced.get('lag_p99_ms', nan):.0f} trace_bytes_per_trajectory={size:.0f} "
+            f"trace_bytes_by_turns={by_turns} trace_mb_per_step={projected.mb_per_step if projected else nan:.2f} "
+            f"trace_gb_per_day={projected.gb_per_day if projected else nan:.2f}")
