@@ -45,8 +45,8 @@ class StallClock:
 
     def progress(self, what: str, step: int | None = None) -> None:
         """Progress seen: `what` happened; `step`: a training step with this number is done. A step already counted
-        is no news: verl prints each step twice (its console line, tqdm's bar) and tqdm draws the bar again when it
-        closes, which Ray may forward after the final validation's line (stdout and stderr travel apart)."""
+        is no news: verl prints each step twice (its console line, tqdm's progress line) and tqdm redraws that line
+        when it closes, which Ray may forward after the final validation's line (stdout and stderr travel apart)."""
         now = self.now()
         if step is not None and self.last_step is not None and step <= self.last_step:
             return
