@@ -18,10 +18,10 @@ from recipes.harness.learning import task
 from recipes.harness.learning.transcripts import expressions_of, scripted_turns
 from recipes.harness.qwen_tokenizer import load_qwen25_tokenizer
 from recipes.harness.standins.scripted_llm import ScriptedLLM, tool_call
-from recipes.harness.standins.weave_http_server import loopback_wandb
 from recipes.rollout.agent_loop import ScoredToolAgentLoop
 from recipes.tool_sets import get_tool_set
 from recipes.tracing.shaping import CHAT_OP
+from testkit.weave_tracing import traced_to_loopback_wandb
 
 QUESTION = "Natalia sold 48 clips in April and half as many in May. How many in total?"
 TURNS = [tool_call(CALCULATOR, expression="48/2"), "48 + 24 = 72 clips.\n#### 72"]
@@ -30,7 +30,6 @@ TURNS = [tool_call(CALCULATOR, expression="48/2"), "48 + 24 = 72 clips.\n#### 72
 def traced_calls(row: dict, turns: list[str], max_turns: int = 5) -> list[dict]:
     """Every call W&B received for one traced trajectory of `row` whose model writes `turns`."""
     from verl.utils.rollout_trace import RolloutTraceConfig, rollout_trace_attr
-    from weave.trace.context import weave_client_context
 
     tok = load_qwen25_tokenizer()
     config = harness.compose_trainer_config(
@@ -43,19 +42,11 @@ def traced_calls(row: dict, turns: list[str], max_turns: int = 5) -> list[dict]:
         with rollout_trace_attr(step=3, sample_index=0, rollout_n=0, validate=False):
             return await harness.run_rollout(config, tok, llm, tools, row, ScoredToolAgentLoop)
 
-    with pytest.MonkeyPatch.context() as env, loopback_wandb() as wandb:
-        for name, value in wandb.env.items():
-            env.setenv(name, value)
-        RolloutTraceConfig.reset()
-        weave_client_context.set_weave_client_global(None)  # weave.init reuses a global client left by another test
-        try:
-            RolloutTraceConfig.init("gsm8k-conversation-test", "exp", "weave", token2text=True)
-            asyncio.run(rollout())
-            RolloutTraceConfig.get_client().flush()
-            return wandb.storage.recorded_calls()
-        finally:
-            RolloutTraceConfig.reset()
-            weave_client_context.set_weave_client_global(None)
+    with traced_to_loopback_wandb() as wandb:
+        RolloutTraceConfig.init("gsm8k-conversation-test", "exp", "weave", token2text=True)
+        asyncio.run(rollout())
+        RolloutTraceConfig.get_client().flush()
+        return wandb.storage.recorded_calls()
 
 
 @pytest.fixture(scope="module")

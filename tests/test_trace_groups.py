@@ -25,9 +25,9 @@ from recipes.constants import CALCULATOR
 from recipes.harness import agent_loop_inprocess as harness
 from recipes.harness.held_calls import held_calls, weave_reader
 from recipes.harness.standins.scripted_llm import ScriptedLLM, tool_call
-from recipes.harness.standins.weave_http_server import loopback_wandb
 from recipes.tool_sets import get_tool_set
 from recipes.tracing.volume import GROUPS_KEY
+from testkit.weave_tracing import traced_to_loopback_wandb
 
 N, WORKERS, PROMPTS, STEPS = 4, 2, 4, 2  # rollout.n; agent-loop workers; prompts a step; steps per phase
 PROJECT, EXPERIMENT = "gsm8k-groups-test", "groups"
@@ -115,7 +115,6 @@ def traced():
     """Two steps at verl's own sampling (1 prompt of 2 on each worker), then two at the launcher's budget of 1 group
     a step (in turn); what W&B holds of them, and verl's advantages."""
     from verl.utils.rollout_trace import RolloutTraceConfig
-    from weave.trace.context import weave_client_context
 
     from recipes.harness.qwen_tokenizer import build_tiny_qwen2_model_dir, default_cache_dir, load_qwen25_tokenizer
     from recipes.rollout.worker import TracedAgentLoopWorker
@@ -127,25 +126,17 @@ def traced():
         "actor_rollout_ref.rollout.trace.max_samples_per_step_per_worker=1",
         "algorithm.norm_adv_by_std_in_grpo=false", "reward.custom_reward_function.reward_kwargs.tool_call_bonus=0.1"),
         model_path=str(model))
-    with pytest.MonkeyPatch.context() as env, loopback_wandb() as wandb:
-        for name, value in wandb.env.items():
-            env.setenv(name, value)
-        RolloutTraceConfig.reset()
-        weave_client_context.set_weave_client_global(None)  # weave.init reuses a global client left by another test
-        try:
-            worker = TracedAgentLoopWorker(config, ScriptedLLM(load_qwen25_tokenizer(), scripts(seed=3)), None, None)
-            sampled = asyncio.run(run_steps(worker, (1, 2), None))
-            budgeted = asyncio.run(run_steps(worker, (3, 4), 1))
-            RolloutTraceConfig.get_client().flush()
-            reader = weave_reader(wandb.url, None, wandb.entity, PROJECT)
-            calls = held_calls(reader, EXPERIMENT)
-            threads = list(reader.server.threads_query_stream({"project_id": f"{wandb.entity}/{PROJECT}"}))
-            # one thread's rows through weave's own filter, as the Weave UI opens a thread
-            first = next(c["thread_id"] for c in calls if c["parent_id"] is None)
-            in_thread = list(reader.get_calls(filter={"thread_ids": [first], "trace_roots_only": True}))
-        finally:
-            RolloutTraceConfig.reset()
-            weave_client_context.set_weave_client_global(None)
+    with traced_to_loopback_wandb() as wandb:
+        worker = TracedAgentLoopWorker(config, ScriptedLLM(load_qwen25_tokenizer(), scripts(seed=3)), None, None)
+        sampled = asyncio.run(run_steps(worker, (1, 2), None))
+        budgeted = asyncio.run(run_steps(worker, (3, 4), 1))
+        RolloutTraceConfig.get_client().flush()
+        reader = weave_reader(wandb.url, None, wandb.entity, PROJECT)
+        calls = held_calls(reader, EXPERIMENT)
+        threads = list(reader.server.threads_query_stream({"project_id": f"{wandb.entity}/{PROJECT}"}))
+        # one thread's rows through weave's own filter, as the Weave UI opens a thread
+        first = next(c["thread_id"] for c in calls if c["parent_id"] is None)
+        in_thread = list(reader.get_calls(filter={"thread_ids": [first], "trace_roots_only": True}))
     roots = [c for c in calls if c["parent_id"] is None]
     return {"config": config, "calls": calls, "roots": roots, "threads": threads, "in_thread": in_thread,
             "advantages": verl_advantages(config, {**sampled, **budgeted})}
