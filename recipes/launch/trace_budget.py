@@ -13,14 +13,13 @@ from omegaconf import OmegaConf
 from recipes.preflight.stale_keys import override_key
 from recipes.tracing.volume import (
     GROUPS_KEY,
+    PER_WORKER_KEY,
     TraceBudgetError,
     TraceShape,
     budget_groups,
     check_budget,
     split_refusal,
 )
-
-PER_WORKER_KEY = "actor_rollout_ref.rollout.trace.max_samples_per_step_per_worker"
 
 
 def parse_budget(value: str) -> float:

@@ -31,6 +31,8 @@ DAYS_PER_MONTH = 365.25 / 12
 # The recipe's own key (verl reads nothing under `recipe`): GRPO groups traced a step, set by TRACE_GB_PER_DAY.
 # Not under rollout.trace, whose dataclass refuses fields verl does not know.
 GROUPS_KEY = "recipe.trace_groups_per_step"
+# verl's own: the prompts each agent-loop worker traces a step (all their rollouts)
+PER_WORKER_KEY = "actor_rollout_ref.rollout.trace.max_samples_per_step_per_worker"
 
 
 class TraceBudgetError(ValueError):
@@ -65,7 +67,7 @@ class TraceShape:
         rollout = "actor_rollout_ref.rollout"
         steps = _select(config, "trainer.total_training_steps")
         groups = _select(config, GROUPS_KEY)
-        per_worker = _select(config, f"{rollout}.trace.max_samples_per_step_per_worker")
+        per_worker = _select(config, PER_WORKER_KEY)
         return cls(prompts=int(_select(config, "data.train_batch_size")), n=int(_select(config, f"{rollout}.n")),
                    workers=int(_select(config, f"{rollout}.agent.num_workers")),
                    val_n=int(_select(config, f"{rollout}.val_kwargs.n") or 1),

@@ -78,16 +78,14 @@ def main() -> int:
 
 
 def _quick(args) -> int:
-    import subprocess
-    import sys
     import tempfile
 
-    from recipes.constants import REPO_ROOT
+    from data_prep import gsm8k
+    from data_prep.sources import SAMPLE_DIR
 
     with tempfile.TemporaryDirectory(prefix="bench_dataloader_") as tmp:
-        subprocess.run([sys.executable, str(REPO_ROOT / "data_prep" / "gsm8k.py"), "--input_dir",
-                        str(REPO_ROOT / "data_prep" / "gsm8k_sample"), "--local_save_dir", tmp],
-                       check=True, cwd=REPO_ROOT, stdout=subprocess.DEVNULL)
+        if gsm8k.main(["--input_dir", str(SAMPLE_DIR), "--local_save_dir", tmp]) != 0:
+            raise RuntimeError("data prep of the bundled GSM8K sample failed")
         return measure(Path(tmp), args.workers, 2, ("data.train_batch_size=8",))
 
 

@@ -76,15 +76,16 @@ def launch(work: Path, stall_minutes: str | None, quick: dict[str, str] | None =
 
 def _quick_launch(work: Path) -> dict[str, str]:
     """The quick mode's model, data and main_ppo stand-in: the bundled GSM8K sample, the CPU smoke's tiny model."""
+    from data_prep import gsm8k
+    from data_prep.sources import SAMPLE_DIR
     from recipes.harness.qwen_tokenizer import build_tiny_qwen2_model_dir
 
     work.mkdir(parents=True)
     stand_in = work / "python"
     stand_in.write_text(STAND_IN_MAIN_PPO % sys.executable)
     stand_in.chmod(0o755)
-    subprocess.run([sys.executable, str(REPO_ROOT / "data_prep" / "gsm8k.py"), "--input_dir",
-                    str(REPO_ROOT / "data_prep" / "gsm8k_sample"), "--local_save_dir", str(work / "data")],
-                   check=True, cwd=REPO_ROOT, stdout=subprocess.DEVNULL)
+    if gsm8k.main(["--input_dir", str(SAMPLE_DIR), "--local_save_dir", str(work / "data")]) != 0:
+        raise RuntimeError("data prep of the bundled GSM8K sample failed")
     build_tiny_qwen2_model_dir(str(work / "model"))
     return {"PYTHON": str(stand_in), "DATA_DIR": str(work / "data"), "MODEL_PATH": str(work / "model")}
 
