@@ -27,7 +27,7 @@ MODEL_PATH=${MODEL_PATH:-}                       # empty: the profile's model
 N_GPUS_PER_NODE=${N_GPUS_PER_NODE:-}             # empty: the profile's
 NNODES=${NNODES:-}                               # empty: the profile's
 TRACE=${TRACE:-}                                 # on | off; empty: the profile's (on, except smoke tests)
-TRACE_GB_PER_DAY=${TRACE_GB_PER_DAY:-}           # e.g. 0.5: trace the whole GRPO groups a step that fit this many
+TRACE_GB_PER_DAY=${TRACE_GB_PER_DAY:-}           # e.g. 2: trace the whole GRPO groups a step that fit this many
                                                  # GB of traces a day (at least one; docs/tracing.md); empty: the
                                                  # config's rate (1 prompt per agent-loop worker)
 LOGGER=${LOGGER:-}                               # e.g. console or console,wandb; empty: the profile's
