@@ -51,10 +51,13 @@ CHECK_ONLY=${CHECK_ONLY:-0}                      # 1: the launch preflight, a li
 STALL_MINUTES=${STALL_MINUTES:-}                 # minutes with no step, validation or checkpoint before the watchdog
                                                  # reports (stacks of every process) and acts; empty: 4x the slowest
                                                  # step, at least 20 (3x that before the first step); 0: off
-STALL_ACTION=${STALL_ACTION:-stop}               # stop: stop the run as Ctrl-C does, exit 124; report: report, go on
+STALL_ACTION=${STALL_ACTION:-stop}               # stop: stop the run at once, exit 124; report: report, go on
+STOP_WAIT_MINUTES=${STOP_WAIT_MINUTES:-15}       # SIGTERM, SIGINT or SIGUSR1: finish the step, save it, exit 75
+                                                 # (resume: the same command); a second signal or no step end
+                                                 # within this many minutes stops at once; 0: always at once
 # -----------------------------------------------------------------------------------------------------
 
 export PROFILE DATA_DIR TOOL_SET MODEL_PATH N_GPUS_PER_NODE NNODES TRACE TRACE_GB_PER_DAY LOGGER EXPERIMENT_NAME \
   OUTPUT_DIR PUBLISH_EVALS TRACE_RELAY TRACE_SPOOL PYTHON DRY_RUN DRY_RUN_CONFIG SUBMIT CHECK_ONLY STALL_MINUTES \
-  STALL_ACTION
+  STALL_ACTION STOP_WAIT_MINUTES
 PYTHONPATH="$REPO_ROOT${PYTHONPATH:+:$PYTHONPATH}" exec "$PYTHON" -m recipes.launch "$@"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# verl's real trainer end to end on a machine with no GPU: `python -m verl.trainer.main_ppo` through the recipe's
+# verl's real trainer end to end on a machine with no GPU: verl's main_ppo through the recipe's
 # launcher, preflight and config, with PROFILE=cpu_smoke (config/profile/cpu_smoke.yaml: only what the hardware
 # forces). A tiny random Qwen2 model (Qwen2.5 tokenizer and chat template, built offline) trains two GRPO steps on a
 # few GSM8K rows with multi-turn calculator calls, validates, saves a checkpoint, then a second launch resumes

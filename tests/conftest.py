@@ -90,3 +90,21 @@ def ray_cluster(tmp_path_factory):
 def pytest_collection_modifyitems(config, items):
     """The end-to-end run first: it is the longest, so under pytest-xdist the other files fill the other workers."""
     items.sort(key=lambda item: item.get_closest_marker("e2e") is None)
+
+
+@pytest.fixture(scope="session")
+def local_slurm(tmp_path_factory):
+    """A one-node SLURM on 127.0.0.1 (slurmctld + slurmd, auth/none; recipes/harness/local_slurm.py), installed with
+    apt-get when missing: its `env` (SLURM_CONF) for sbatch, scontrol and scancel. Its daemons stop at the end."""
+    import shutil
+
+    from recipes.harness import local_slurm
+
+    if not shutil.which("slurmctld") and os.geteuid() != 0:
+        pytest.skip(f"SLURM is not installed and this user cannot install it (apt-get install {local_slurm.PACKAGE})")
+    directory = tmp_path_factory.mktemp("slurm")
+    state = local_slurm.start(directory)
+    try:
+        yield state
+    finally:
+        local_slurm.stop(directory)

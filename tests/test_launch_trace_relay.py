@@ -60,7 +60,7 @@ def python_shim(tmp_path: Path) -> Path:
     stand_in.write_text(MAIN_PPO_STAND_IN)
     shim = tmp_path / "python"
     shim.write_text(f"""#!/usr/bin/env bash
-if [ "$1 $2" = "-m verl.trainer.main_ppo" ]; then exec {shlex.quote(sys.executable)} {shlex.quote(str(stand_in))}; fi
+if [ "$1 $2" = "-m recipes.preempt.main_ppo" ]; then exec {shlex.quote(sys.executable)} {shlex.quote(str(stand_in))}; fi
 exec {shlex.quote(sys.executable)} "$@"
 """)
     shim.chmod(0o755)

@@ -1,4 +1,4 @@
-"""The recipe's CPU backend: verl 0.9.1's real trainer (`python -m verl.trainer.main_ppo`) on a machine without a
+"""The recipe's CPU backend: verl 0.9.1's real trainer (verl's main_ppo) on a machine without a
 GPU, a device plugin as verl's own are (verl/plugin/platform/). CPU stand-ins for the parts verl only ships for
 accelerators, plugged in through verl's own extension points (no verl source is changed or patched). Users run it
 through scripts/smoke_cpu.sh (config/profile/cpu_smoke.yaml), `DEVICE=cpu scripts/eval_gsm8k.sh` and

@@ -27,6 +27,7 @@ from recipes.launch.relays import RelayPlan, relay_plan
 PRINT_OUTPUT_DIR, CHECK_ONLY, DRY_RUN, SUBMIT, TRAIN = "print_output_dir", "check_only", "dry_run", "submit", "train"
 # ray_init settings that size a Ray the launch starts itself; Ray refuses them when joining an existing cluster
 CLUSTER_SIZING = ("num_cpus", "num_gpus", "resources", "object_store_memory")
+MAIN_PPO = "recipes.preempt.main_ppo"
 
 
 @dataclass
@@ -45,7 +46,8 @@ class Launch:
     notes: list[str] = field(default_factory=list)
 
     def main_ppo_command(self) -> list[str]:
-        return [self.python, "-m", "verl.trainer.main_ppo", f"--config-path={CONFIG_DIR}",
+        # verl's main_ppo with the recipe's TaskRunner: a stop at a step boundary, saved (recipes/preempt/)
+        return [self.python, "-m", MAIN_PPO, f"--config-path={CONFIG_DIR}",
                 f"--config-name={CONFIG_NAME}", *self.overrides]
 
     def watcher_command(self, launcher_pid: int | None = None) -> list[str] | None:

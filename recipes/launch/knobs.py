@@ -65,6 +65,7 @@ class Knobs:
     check_only: str = _DEFAULTS["CHECK_ONLY"]
     stall_minutes: str = _DEFAULTS["STALL_MINUTES"]
     stall_action: str = _DEFAULTS["STALL_ACTION"]
+    stop_wait_minutes: str = _DEFAULTS["STOP_WAIT_MINUTES"]
 
     def __post_init__(self) -> None:
         """Resolved once, here: `~` expanded, the experiment named gsm8k_<tool set>_<profile> and its outputs in
@@ -87,6 +88,11 @@ class Knobs:
 
     def as_environ(self) -> dict[str, str]:
         return {name.upper(): value for name, value in asdict(self).items()}
+
+    @property
+    def stop_wait_s(self) -> float:
+        """How long a stop waits for the step in progress to end and save (0: it stops at once)."""
+        return float(self.stop_wait_minutes) * 60
 
     @property
     def traces_kept_offline(self) -> bool:
@@ -119,6 +125,9 @@ class Knobs:
         if self.stall_minutes and not _non_negative_number(self.stall_minutes):
             raise KnobError(f"STALL_MINUTES must be a number of minutes (0: no watchdog; empty: derived from the "
                             f"steps), not '{self.stall_minutes}'")
+        if not _non_negative_number(self.stop_wait_minutes):
+            raise KnobError(f"STOP_WAIT_MINUTES must be a number of minutes (0: a signal stops at once, no "
+                            f"checkpoint), not '{self.stop_wait_minutes}'")
         if self.stall_action not in STALL_ACTIONS:
             raise KnobError(f"STALL_ACTION must be stop or report, not '{self.stall_action}'")
 

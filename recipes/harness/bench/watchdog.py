@@ -37,7 +37,7 @@ POLL_S = 0.5
 # --quick: the launcher's interpreter, except for main_ppo, which it replaces by a few step lines in verl's format
 STAND_IN_MAIN_PPO = """#!/usr/bin/env bash
 # a stand-in for verl's main_ppo (bench_watchdog --quick): six step lines, then a clean exit; all else: real Python
-if [ "${1:-}" = -m ] && [ "${2:-}" = verl.trainer.main_ppo ]; then
+if [ "${1:-}" = -m ] && [ "${2:-}" = recipes.preempt.main_ppo ]; then
   for step in 1 2 3 4 5 6; do echo "step:$step - training/global_step:$step"; sleep 0.5; done
   exit 0
 fi
