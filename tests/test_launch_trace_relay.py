@@ -21,6 +21,7 @@ import pytest
 
 from recipes.constants import REPO_ROOT
 from recipes.harness.standins.weave_http_server import API_KEY, loopback_wandb
+from recipes.preempt.request import EXIT_RESUMABLE
 from testkit.launcher import clean_environ, plan
 from testkit.threads import other_threads
 
@@ -35,10 +36,16 @@ assert use_trace_relay(), "no trace relay in main_ppo's environment"  # as each 
 import weave
 client = weave.init("launch-relay-test")
 
-def last_step(*_):  # the end of a step still in flight when training is stopped: traced and flushed
+from recipes.preempt import request
+checkpoints = os.path.join(os.environ["OUTPUT_DIR"], "checkpoints")
+
+def last_step(*_, asked=False):  # the end of a step still in flight when training is stopped: traced and flushed
     for i in range(int(os.environ["STAND_IN_LAST_STEP_CALLS"])):
         client.finish_call(client.create_call("Rollout.last_step", {"i": i}), output={"reward": 0.0})
     client.flush()
+    if asked:  # as the recipe's trainer answers a stop request at the step's end (no checkpoint: save_freq<=0)
+        request.record_stopped(checkpoints, trained=2, saved=None)
+        os._exit(0)
     os._exit(128 + signal.SIGTERM)
 
 if os.environ.get("STAND_IN_TRAIN_FOREVER"):
@@ -49,7 +56,9 @@ client.flush()  # the worker's per-step flush
 open(os.environ["STAND_IN_PID_FILE"], "w").write(str(os.getpid()))  # a step done
 print("(TaskRunner pid=1) step:1 - stand_in/calls:%d" % int(os.environ["STAND_IN_CALLS"]), flush=True)  # as verl's
 if os.environ.get("STAND_IN_TRAIN_FOREVER"):
-    while True:  # until the launcher passes on a SIGTERM (short sleeps: whichever thread takes it, the handler runs)
+    while True:  # until the launcher asks for a stop, or passes on a SIGTERM (short sleeps: whichever thread takes
+        if request.stop_requested(checkpoints):  # it, the handler runs)
+            last_step(asked=True)
         time.sleep(0.5)
 os._exit(0)  # Ray's workers die without atexit
 """
@@ -118,9 +127,9 @@ STALL_MINUTES = "0.2"  # "stall": after step 1 the stand-in makes no progress; t
 def test_stopping_training_stops_main_ppo_then_the_relay_sends_everything(prepared_data_dir, tmp_path, stop_by):
     """SIGTERM to the launcher (a scheduler), or SIGINT to its whole process group (Ctrl-C in a terminal, which
     reaches the relay too), or a SIGINT that one of the launcher's other threads takes (the kernel may hand it to
-    any; CI once hung there for good), or the progress watchdog once main_ppo has made no progress for
-    STALL_MINUTES (its report names the stand-in's loop): main_ppo is stopped, what it traces while stopping still
-    goes through the relay."""
+    any; CI once hung there for good): main_ppo is asked to stop at its step's end; or the progress watchdog once
+    main_ppo has made no progress for STALL_MINUTES (its report names the stand-in's loop) stops it at once. What it
+    traces while stopping still goes through the relay."""
     stall = {"STALL_MINUTES": STALL_MINUTES} if stop_by == "stall" else {}
     with loopback_wandb() as wandb:
         env = launch_env(tmp_path, DATA_DIR=str(prepared_data_dir), STAND_IN_TRAIN_FOREVER="1",
@@ -162,8 +171,10 @@ def test_stopping_training_stops_main_ppo_then_the_relay_sends_everything(prepar
     assert stopped.endswith(", 0 pending"), stopped
     assert "upload_traces.py" not in stderr
     assert "step:1 - stand_in/calls:" in stdout  # main_ppo's output reached the console through the watchdog
-    if stop_by != "stall":  # main_ppo's own status: it was terminated
-        assert launcher.returncode == 128 + signal.SIGTERM and "[stall] watchdog: no stall;" in stderr, stderr
+    if stop_by != "stall":  # asked to stop at its step's end: "stopped, resumable" and the line that says so
+        assert launcher.returncode == EXIT_RESUMABLE and "[stall] watchdog: no stall;" in stderr, stderr
+        name = "SIGINT" if "sigint" in stop_by or stop_by == "ctrl_c" else "SIGTERM"
+        assert f"[launch] stopped ({name}) after step 2: no checkpoint in {tmp_path}/run/checkpoints" in stderr
         return
     from recipes.watchdog.watch import STALL_EXIT
 
