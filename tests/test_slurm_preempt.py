@@ -9,14 +9,17 @@ and the same command resumes at step 3. Every step is trained once; the job ends
 from __future__ import annotations
 
 import re
+import shutil
 import stat
 import subprocess
+import tempfile
 import time
 
 import pytest
 
 from recipes.constants import REPO_ROOT
 from recipes.harness import cpu_run
+from recipes.harness.local_ray_cluster import free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(2400)]
 OVERRIDES = ("trainer.total_training_steps=3", "trainer.save_freq=3", "trainer.test_freq=-1",
@@ -35,8 +38,12 @@ def requeued(local_slurm, tmp_path_factory, mini_gsm8k_dir):
     model, data = cpu_run.prepare(work, mini_gsm8k_dir)
     output, log = work / "outputs", work / "job.out"
     # the CPU run's Ray: 2 logical GPUs (one per CPU rank) and the CPUs its placement asks for (cpu_smoke profile)
+    # its own ports and temp dir (short: Ray's socket paths live there): other Ray instances are left alone
+    ray_temp = tempfile.mkdtemp(prefix="rs", dir="/tmp")
     env = cpu_run.environment(model, data, output, N_GPUS_PER_NODE="2", RAY_CPUS_PER_NODE="16",
-                              RAY_START_TIMEOUT_S="300", **local_slurm["env"])
+                              RAY_START_TIMEOUT_S="300", RAY_PORT=str(free_port()),
+                              RAY_HEAD_ARGS=f"--temp-dir={ray_temp} --include-dashboard=false",
+                              **local_slurm["env"])
     submit = ["bash", "-c", 'source scripts/cpu_env.sh && exec sbatch --parsable --output="$0" '
               'scripts/run_gsm8k_grpo.sbatch "$@"', str(log), *OVERRIDES]
     job_id = subprocess.run(submit, cwd=REPO_ROOT, env=env, capture_output=True, text=True, check=True).stdout.strip()
@@ -63,6 +70,7 @@ def requeued(local_slurm, tmp_path_factory, mini_gsm8k_dir):
     finally:
         if _job(env, job_id).get("JobState") not in ("COMPLETED", "FAILED", "CANCELLED"):
             subprocess.run(["scancel", job_id], env=env)
+        shutil.rmtree(ray_temp, ignore_errors=True)
     text = log.read_text(errors="replace")
     print(f"\n[slurm] job {job_id}: {job.get('JobState')}, USR1 to the launcher's exit "
           f"{timeline['launcher_exit'] - timeline['signal']:.1f} s; log {log}")

@@ -54,7 +54,7 @@ def wait_for(log: Path, pattern: str, proc: subprocess.Popen | None, timeout_s: 
     """The first match of `pattern` in the log as it grows; fails if the process ends or time runs out first."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        match = re.search(pattern, log.read_text(errors="replace"))
+        match = re.search(pattern, log.read_text(errors="replace") if log.exists() else "")
         if match:
             return match
         if proc is not None and proc.poll() is not None:
@@ -68,7 +68,7 @@ def steps(text: str) -> list[int]:
 
 
 def tail(log: Path, chars: int = 6000) -> str:
-    return log.read_text(errors="replace")[-chars:]
+    return log.read_text(errors="replace")[-chars:] if log.exists() else f"({log} not written)"
 
 
 def kill_session(sid: int) -> None:
