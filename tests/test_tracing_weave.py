@@ -8,7 +8,6 @@ import contextvars
 import pytest
 
 from data_prep.gsm8k_rows import SourceRecord, build_row
-from recipes.constants import CALCULATOR
 from recipes.harness import agent_loop_inprocess as harness
 from recipes.harness.qwen_tokenizer import load_qwen25_tokenizer
 from recipes.harness.standins.scripted_llm import ScriptedLLM, tool_call
@@ -16,6 +15,7 @@ from recipes.harness.standins.weave_memory_server import install_memory_weave_cl
 from recipes.rollout.agent_loop import ScoredToolAgentLoop
 from recipes.tool_sets import get_tool_set
 from recipes.tracing.shaping import CHAT_OP, ROLLOUT_SUMMARY, TOKEN_FIELDS, TextOnlyTracer
+from tools.calculator import NAME as CALCULATOR
 
 PROJECT = "gsm8k-tracing-test"
 QUESTIONS = {
