@@ -455,9 +455,10 @@ def test_every_docs_section_the_code_cites_exists(repo_root):
     assert not missing, "\n".join(missing)
 
 
-def test_the_trace_budgets_error_suggests_a_budget_of_at_least_one_group(default_dry_run):
+def test_the_trace_budgets_error_suggests_a_budget_of_at_least_one_group():
     """`TRACE_GB_PER_DAY=abc`: the example the error gives must trace a whole group of the default profile, not be
     clamped up to one."""
+    from recipes.launch.knobs import Knobs, compose_launch_config
     from recipes.launch.trace_budget import parse_budget
     from recipes.tracing.volume import TraceBudgetError, TraceShape, volume
 
@@ -465,7 +466,7 @@ def test_the_trace_budgets_error_suggests_a_budget_of_at_least_one_group(default
         parse_budget("abc")
     example = re.search(r"e\.g\. ([\d.]+)", str(refused.value))
     assert example, str(refused.value)
-    one_group = volume(TraceShape.of(default_dry_run.launch.config), 1).gb_per_day
+    one_group = volume(TraceShape.of(compose_launch_config(Knobs())), 1).gb_per_day
     assert float(example.group(1)) >= one_group, f"{example.group(0)} is below one group (~{one_group:.2f} GB a day)"
 
 
