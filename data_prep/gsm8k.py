@@ -5,9 +5,12 @@
     python data_prep/gsm8k.py --tool_set calc_gsm8k_reward     # rows for the original recipe's tool
     python data_prep/gsm8k.py --fallback_sample --train_size 6 # the hub, else the bundled sample (the smokes)
 
-Flags follow verl's examples/data_preprocess/gsm8k*.py (--local_save_dir, its older alias --local_dir,
---hdfs_dir, --local_dataset_path). Every split is read and checked before anything is written, and each
-file is replaced atomically, so a bad input never leaves half-written or mismatched parquet behind.
+Run it with the project's env (`.venv/bin/python` or `.venv-gpu/bin/python`, or either activated). Flags follow
+verl's examples/data_preprocess/gsm8k*.py (--local_save_dir, its older alias --local_dir, --hdfs_dir,
+--local_dataset_path). Every split is read and checked before anything is written, and each file is replaced
+atomically, so a bad input never leaves half-written or mismatched parquet behind.
+
+GSM8K as a dataset the reward scores (data_prep/registry.py): its rows' data_source and its answer checker, DATASET.
 """
 
 from __future__ import annotations
@@ -17,21 +20,41 @@ import sys
 import time
 from pathlib import Path
 
-from data_prep.gsm8k_rows import InvalidRecord, build_row
-from data_prep.parquet_io import rows_to_table, write_parquet_atomic
-from data_prep.sources import (
-    SAMPLE_DIR,
-    SAMPLE_NAME,
-    SourceError,
-    find_split_file,
-    hub_unreachable,
-    read_hub_split,
-    read_split_file,
-)
-from recipes.constants import HUB_DATASET, SPLITS
-from recipes.tool_sets import DEFAULT_TOOL_SET, TOOL_SETS, ToolSet, get_tool_set
+if not __package__:  # run as a file from a checkout, not installed: the repo's own packages from its root
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+try:
+    from data_prep.gsm8k_rows import DATA_SOURCE, InvalidRecord, build_row
+    from data_prep.parquet_io import rows_to_table, write_parquet_atomic
+    from data_prep.registry import Dataset
+    from data_prep.sources import (
+        SAMPLE_DIR,
+        SAMPLE_NAME,
+        SourceError,
+        find_split_file,
+        hub_unreachable,
+        read_hub_split,
+        read_split_file,
+    )
+    from recipes.answers import answers_match, extract_answer
+    from recipes.constants import HUB_DATASET, SPLITS
+    from recipes.tool_sets import DEFAULT_TOOL_SET, TOOL_SETS, ToolSet, get_tool_set
+except ModuleNotFoundError as err:
+    if __name__ != "__main__":
+        raise
+    sys.exit(f"[data_prep] error: {sys.executable} has no {err.name!r}: run this with the project's env "
+             "(.venv/bin/python from scripts/setup_cpu_env.sh, .venv-gpu/bin/python from scripts/install_gpu_env.sh)")
 
 DEFAULT_SAVE_DIR = "~/data/gsm8k"
+
+
+def check_answer(model_text: str, ground_truth: str, method: str) -> tuple[str | None, bool]:
+    """GSM8K's answer: strict, the number after the last `####`; flexible, the last number; equal by value."""
+    answer = extract_answer(model_text, method)
+    return answer, answers_match(answer, ground_truth)
+
+
+DATASET = Dataset(data_source=DATA_SOURCE, check_answer=check_answer)
 
 
 def log(msg: str) -> None:

@@ -5,16 +5,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from recipes.constants import (
-    ABILITY,
-    AGENT_NAME,
-    AGENT_NAME_NO_TOOLS,
-    ANSWER_MARKER,
-    DATA_SOURCE,
-    DATA_SOURCE_NO_TOOLS,
-    INSTRUCTION,
-)
+from data_prep.rows import no_tools_source, verl_row
+from recipes.constants import ANSWER_MARKER, INSTRUCTION
 from recipes.tool_sets import ToolSet
+
+# GSM8K's rows: verl routes this data_source to its own GSM8K scorer, the recipe's reward to GSM8K's answer checker
+# (data_prep/gsm8k.py DATASET); rows without tools carry the other.
+DATA_SOURCE = "openai/gsm8k"
+DATA_SOURCE_NO_TOOLS = no_tools_source(DATA_SOURCE)
 
 # A GSM8K final answer: optional minus, digits with optional thousands separators, optional decimals.
 _NUMBER = re.compile(r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")
@@ -51,26 +49,6 @@ def build_row(record: SourceRecord, split: str, tool_set: ToolSet) -> dict:
         ground_truth = extract_ground_truth(record.solution)
     except ValueError as err:
         raise InvalidRecord(f"{record.location}: {err}") from None
-    question = record.question.strip()
-    extra_info = {
-        "split": split,
-        "index": record.index,
-        "answer": record.solution,
-        "question": question,
-        "tool_set": tool_set.name,
-        "need_tools_kwargs": bool(tool_set.tools),
-        "interaction_kwargs": {"query": question, "ground_truth": ground_truth},
-    }
-    if tool_set.tools:  # parquet cannot store an empty struct: rows without tools carry no tools_kwargs
-        extra_info["tools_kwargs"] = tool_set.tools_kwargs(ground_truth, record.index)
-    return {
-        "data_source": DATA_SOURCE if tool_set.tools else DATA_SOURCE_NO_TOOLS,
-        "prompt": [
-            {"role": "system", "content": tool_set.system_prompt},
-            {"role": "user", "content": f"{question} {INSTRUCTION}"},
-        ],
-        "ability": ABILITY,
-        "reward_model": {"style": "rule", "ground_truth": ground_truth},
-        "extra_info": extra_info,
-        "agent_name": AGENT_NAME if tool_set.tools else AGENT_NAME_NO_TOOLS,
-    }
+    return verl_row(data_source=DATA_SOURCE, question=record.question.strip(), instruction=INSTRUCTION,
+                    ground_truth=ground_truth, split=split, index=record.index, tool_set=tool_set,
+                    extra_info={"answer": record.solution})

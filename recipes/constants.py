@@ -1,7 +1,8 @@
 """The one home for names that several parts of the recipe must agree on.
 
-Data prep writes them into every parquet row, the tool YAMLs and tool classes answer to them, the reward
-function and the launcher's preflight check against them. Change a value here and nowhere else.
+Data prep writes them into every parquet row, the reward function and the launcher's preflight check against them.
+Change a value here and nowhere else. What belongs to one tool lives in its class (tools/), what belongs to one dataset
+in its module (data_prep/).
 """
 
 from pathlib import Path
@@ -14,6 +15,7 @@ CONFIG_DIR = REPO_ROOT / "config"
 CONFIG_NAME = "gsm8k_multiturn_grpo"  # config/gsm8k_multiturn_grpo.yaml
 PROFILE_DIR = CONFIG_DIR / "profile"
 TOOL_CONFIG_DIR = CONFIG_DIR / "tool_config"
+SYSTEM_PROMPT_CONFIG = CONFIG_DIR / "system_prompt.yaml"  # what data prep writes as every row's system message
 AGENT_LOOP_CONFIG = CONFIG_DIR / "agent_loop.yaml"
 # Real GSM8K kept beside the repo, where tests and benchmarks look for it first (as in CI); absent elsewhere.
 SHARED_DIR = REPO_ROOT.parent / "shared"
@@ -24,8 +26,6 @@ TRACE_RELAY_ENV = "GSM8K_RECIPE_TRACE_RELAY"
 # The trace relay's own route: its keeper and the workers ask it whether THIS node's relay answers.
 RELAY_HEALTH_PATH = "/trace_relay/health"
 
-# verl routes rows with this data_source to its GSM8K scorer; our reward function keys on it too.
-DATA_SOURCE = "openai/gsm8k"
 HUB_DATASET = "openai/gsm8k"
 HUB_CONFIG = "main"
 ABILITY = "math"
@@ -35,14 +35,10 @@ ABILITY = "math"
 # plain verl and with the recipe alike.
 AGENT_NAME = "tool_agent"
 # Rows of a tool set without tools (`--tool_set none`): the recipe's loop offering no tools whatever the run's tool
-# config offers (config/agent_loop.yaml), and a data_source of their own, under which verl reports their validation
-# metrics apart (val-core/<data_source>/...): one launch can score the same model with tools on and with tools off.
+# config offers (config/agent_loop.yaml), and a data_source of their own (data_prep/rows.py), under which verl reports
+# their validation metrics apart (val-core/<data_source>/...): one launch can score the same model with tools on and
+# with tools off.
 AGENT_NAME_NO_TOOLS = "tool_agent_no_tools"
-DATA_SOURCE_NO_TOOLS = "openai/gsm8k_no_tools"
-
-# Tool names as the model sees them (the function names in config/tool_config/*.yaml).
-CALC_GSM8K_REWARD = "calc_gsm8k_reward"
-CALCULATOR = "calculator"
 
 # GSM8K solutions end with "#### <answer>"; the model is asked to do the same.
 ANSWER_MARKER = "####"

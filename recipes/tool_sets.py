@@ -1,95 +1,116 @@
 """Tool sets: which tools a run offers, the system prompt that tells the model about them, and the per-row
 `tools_kwargs` that verl's ToolAgentLoop hands to each tool's `create`.
 
-Data prep, the tool YAMLs and the launcher's preflight all read this module, so the prompt, the tools in
-the YAML and the kwargs in the parquet cannot drift apart.
+A tool set is a YAML in config/tool_config/ (its file name is the set's name, `TOOL_SET` and data prep's
+`--tool_set`), listing tool classes as verl's loader reads them, plus `none` (no tools). Everything about a tool
+comes from its class, loaded through verl's own `initialize_tools_from_config`: its name and schema, its sentence of
+the system prompt, what `create` gets per row (tools/quiet_tool.py). The rest of the system prompt is
+config/system_prompt.yaml. Data prep, the launcher's preflight and the reward read this module, so the prompt, the
+tools in the YAML and the kwargs in the parquet cannot drift apart.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from functools import cached_property, lru_cache
 from pathlib import Path
 
-from recipes.constants import ANSWER_MARKER, CALC_GSM8K_REWARD, CALCULATOR, TOOL_CONFIG_DIR
+import yaml
+
+from recipes.constants import ANSWER_MARKER, SYSTEM_PROMPT_CONFIG, TOOL_CONFIG_DIR
 
 NO_TOOLS = "none"
-
-_BASE_PROMPT = (
-    "You are a careful math tutor solving grade-school word problems. "
-    "Reason step by step before giving an answer."
-)
-_FINAL_ANSWER = f"End your reply with the final numeric answer on its own line as `{ANSWER_MARKER} <number>`."
-
-# What the system prompt says about each tool. Honest tools never see the answer.
-_TOOL_GUIDANCE = {
-    CALCULATOR: (
-        f"You can call the `{CALCULATOR}` tool to evaluate an arithmetic expression "
-        "(+, -, *, /, **, parentheses, %). Use it for any computation you are not sure of, "
-        "read its result, then continue your reasoning."
-    ),
-    CALC_GSM8K_REWARD: (
-        f"After solving the problem, submit your answer with the `{CALC_GSM8K_REWARD}` tool at least once; "
-        "it tells you whether the answer is correct, and you may revise it."
-    ),
-}
+DEFAULT_TOOL_SET = "calculator"  # config/tool_config/calculator.yaml
+PROMPT_PARTS = ("before_tools", "tool", "after_tools")
 
 
-@dataclass(frozen=True)
 class ToolSet:
-    name: str
-    tools: tuple[str, ...]
-    description: str
+    def __init__(self, name: str, config_path: Path | None):
+        self.name = name
+        self.config_path = config_path  # the YAML verl loads (`multi_turn.tool_config_path`); None for no tools
 
-    @property
-    def config_path(self) -> Path | None:
-        """The tool YAML verl loads for this set (`multi_turn.tool_config_path`); None for no tools."""
-        return TOOL_CONFIG_DIR / f"{self.name}.yaml" if self.tools else None
+    @cached_property
+    def description(self) -> str:
+        """The YAML's `description` (verl's loader reads only `tools`), for data prep's --help."""
+        if self.config_path is None:
+            return "no tools: the plain-reasoning baseline (evaluation with tools off)"
+        return str((yaml.safe_load(self.config_path.read_text()) or {}).get("description") or self.name)
 
-    @property
-    def system_prompt(self) -> str:
-        return " ".join([_BASE_PROMPT, *(_TOOL_GUIDANCE[t] for t in self.tools), _FINAL_ANSWER])
-
-    def chat_schemas(self) -> list[dict]:
-        """The tool schemas as verl's ToolAgentLoop hands them to the chat template, loaded from this set's YAML by
-        verl's own loader (the schemas live in the tool classes, not in the YAML)."""
+    @cached_property
+    def loaded(self) -> list:
+        """The set's tools, built by verl's own loader from the YAML (the schemas from the classes)."""
         if self.config_path is None:
             return []
         from verl.tools.tool_registry import initialize_tools_from_config
 
-        tools = initialize_tools_from_config(str(self.config_path))
-        return [tool.tool_schema.model_dump(exclude_unset=True, exclude_none=True) for tool in tools]
+        return initialize_tools_from_config(str(self.config_path))
+
+    @property
+    def tools(self) -> tuple[str, ...]:
+        """The tools' names as the model sees them (their schemas' function names), in the YAML's order."""
+        return tuple(tool.name for tool in self.loaded)
+
+    @cached_property
+    def system_prompt(self) -> str:
+        """Built once per process (data prep writes it into every row)."""
+        parts = system_prompt_parts()
+        return " ".join([parts["before_tools"], *(tool_sentence(tool, parts["tool"]) for tool in self.loaded),
+                         parts["after_tools"]])
+
+    def chat_schemas(self) -> list[dict]:
+        """The tool schemas as verl's ToolAgentLoop hands them to the chat template."""
+        return [tool.tool_schema.model_dump(exclude_unset=True, exclude_none=True) for tool in self.loaded]
 
     def tools_kwargs(self, ground_truth: str, index: int) -> dict:
-        """Per-row kwargs, keyed by tool name, in the `{name: {"create_kwargs": {...}}}` shape verl expects."""
-        return {tool: {"create_kwargs": _create_kwargs(tool, ground_truth, index)} for tool in self.tools}
+        """Per-row kwargs, keyed by tool name, in the `{name: {"create_kwargs": {...}}}` shape verl expects: what each
+        tool's class says its `create` gets (the row index unless it says otherwise)."""
+        return {tool.name: {"create_kwargs": _row_kwargs(tool, ground_truth, index)} for tool in self.loaded}
 
 
-def _create_kwargs(tool: str, ground_truth: str, index: int) -> dict:
-    if tool == CALC_GSM8K_REWARD:
-        return {"ground_truth": ground_truth}
-    # The calculator must never see the answer. It gets the row index only: parquet cannot store an
-    # empty struct, and the index also labels the tool's calls in traces.
-    return {"row_index": index}
+def _row_kwargs(tool, ground_truth: str, index: int) -> dict:
+    row_kwargs = getattr(type(tool), "row_kwargs", None)  # a plain verl BaseTool has none
+    return row_kwargs(ground_truth, index) if row_kwargs else {"row_index": index}
+
+
+def tool_sentence(tool, template: str) -> str:
+    """The system prompt's sentence about one tool: its class's PROMPT, else the config's template, filled with the
+    tool's name and its schema's description."""
+    function = tool.tool_schema.function
+    text = getattr(type(tool), "PROMPT", None) or template
+    return text.format(name=function.name, description=function.description or "", answer_marker=ANSWER_MARKER)
+
+
+def system_prompt_parts() -> dict[str, str]:
+    """config/system_prompt.yaml's parts; ValueError naming the file when one is missing."""
+    parts = yaml.safe_load(SYSTEM_PROMPT_CONFIG.read_text()) or {}
+    missing = [key for key in PROMPT_PARTS if not isinstance(parts.get(key), str)]
+    if missing:
+        raise ValueError(f"{SYSTEM_PROMPT_CONFIG}: no text for {', '.join(missing)} (it needs "
+                         f"{', '.join(PROMPT_PARTS)})")
+    # the tool sentence is filled per tool (tool_sentence); the others here, by name only: any other brace stays
+    return {key: parts[key] if key == "tool" else parts[key].replace("{answer_marker}", ANSWER_MARKER)
+            for key in PROMPT_PARTS}
+
+
+def tool_set_names() -> list[str]:
+    """Every tool set: each YAML of config/tool_config/, and none."""
+    return [*sorted(p.stem for p in TOOL_CONFIG_DIR.glob("*.yaml")), NO_TOOLS]
 
 
 TOOL_SETS: dict[str, ToolSet] = {
-    ts.name: ts
-    for ts in (
-        ToolSet(CALCULATOR, (CALCULATOR,), "an honest arithmetic calculator (default)"),
-        ToolSet(
-            CALC_GSM8K_REWARD,
-            (CALC_GSM8K_REWARD,),
-            "the original verl recipe's answer checker; it leaks correctness to the policy",
-        ),
-        ToolSet("both", (CALCULATOR, CALC_GSM8K_REWARD), "calculator and answer checker"),
-        ToolSet(NO_TOOLS, (), "no tools: the plain-reasoning baseline (evaluation with tools off)"),
-    )
+    name: ToolSet(name, None if name == NO_TOOLS else TOOL_CONFIG_DIR / f"{name}.yaml") for name in tool_set_names()
 }
-DEFAULT_TOOL_SET = CALCULATOR
 
 
 def get_tool_set(name: str) -> ToolSet:
     try:
         return TOOL_SETS[name]
     except KeyError:
-        raise ValueError(f"unknown tool set {name!r}; choose one of: {', '.join(TOOL_SETS)}") from None
+        raise ValueError(f"unknown tool set {name!r}; choose one of: {', '.join(TOOL_SETS)} (a tool set is a YAML in "
+                         f"{TOOL_CONFIG_DIR})") from None
+
+
+@lru_cache(maxsize=1)
+def known_tools() -> frozenset[str]:
+    """The name of every tool of every tool set: what a call may name when the row's own offer is not known
+    (re-scoring a dump offline)."""
+    return frozenset(name for tool_set in TOOL_SETS.values() for name in tool_set.tools)

@@ -14,9 +14,8 @@ import json
 import re
 from collections.abc import Callable, Collection
 
-from recipes.constants import CALC_GSM8K_REWARD, CALCULATOR
+from recipes.tool_sets import known_tools
 
-KNOWN_TOOLS = frozenset({CALCULATOR, CALC_GSM8K_REWARD})
 _TOOL_RESPONSE_TEXT = re.compile(r"<tool_response>\n?(.*?)\n?(?:</tool_response>|\Z)", re.DOTALL)
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 # A closed call, or an opened one the turn ended inside (the model stopped before </tool_call>): the agent loop
@@ -125,14 +124,16 @@ def final_answer(messages: list[dict]) -> str:
 
 def offered_tools(extra_info: dict | None) -> Collection[str]:
     """The tools a row offered the model: the keys of its `tools_kwargs` (data prep writes none for a row
-    without tools). Without the row's extra_info (re-scoring a dump offline), any recipe tool counts."""
+    without tools). Without the row's extra_info (re-scoring a dump offline), a tool of any tool set counts."""
     if not extra_info:
-        return KNOWN_TOOLS
+        return known_tools()
     return frozenset(extra_info.get("tools_kwargs") or {})
 
 
-def count_tool_calls(model_text: str, offered: Collection[str] = KNOWN_TOOLS) -> tuple[int, int]:
-    """(well-formed, malformed): well-formed = a JSON object naming an offered tool, with object arguments."""
+def count_tool_calls(model_text: str, offered: Collection[str] | None = None) -> tuple[int, int]:
+    """(well-formed, malformed): well-formed = a JSON object naming an offered tool (default: a tool of any tool
+    set), with object arguments."""
+    offered = known_tools() if offered is None else offered
     good = bad = 0
     for body in _TOOL_CALL.findall(model_text):
         try:

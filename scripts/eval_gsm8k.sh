@@ -27,6 +27,7 @@ EXPERIMENT_NAME=${EXPERIMENT_NAME:-}   # empty: eval_<model>_<TOOL_SET>[_n<VAL_N
 OVERWRITE=${OVERWRITE:-0}              # 1: replace an earlier evaluation in OUTPUT_DIR (refused otherwise)
 export LOGGER=${LOGGER:-console}       # no W&B needed to evaluate
 export TRACE=${TRACE:-off}
+PROFILE=${PROFILE:-}                   # empty: the launcher's (8xh100), with DEVICE=cpu cpu_smoke
 PUBLISH=${PUBLISH:-auto}               # Weave Evaluation of the result: auto (= when LOGGER has wandb) | 1 | 0
 PYTHON=${PYTHON:-}                     # empty: the active venv, else the project's env (DEVICE=cpu: .venv;
                                        # gpu: .venv-gpu, else .venv)

@@ -9,9 +9,22 @@
 for _help_arg in "$@"; do
   case "$_help_arg" in
     -h|--help)
-      _help_knobs() {  # script file: its knob lines and the comment lines that continue them
-        awk '/^(export )?[A-Z][A-Z0-9_]*=\$\{[A-Z][A-Z0-9_]*:?-/ { sub(/^export /, ""); print "  " $0; knob = 1; next }
-             knob && /^ +# / { print "  " $0; next } { knob = 0 }' "$1"
+      _help_knobs() {  # script file [names to leave out]: its knob lines and the comment lines that continue them
+        # a knob line is the assignment alone (and its comment): a line that goes on to run something is not one
+        awk -v skip=" ${2:-} " '
+          /^(export )?[A-Z][A-Z0-9_]*=\$\{[A-Z][A-Z0-9_]*:?-/ {
+            code = $0; sub(/[ \t]+#.*$/, "", code); name = $0; sub(/^export /, "", name); sub(/=.*/, "", name)
+            if (code ~ /\}$/ && index(skip, " " name " ") == 0) { sub(/^export /, ""); print "  " $0; knob = 1; next }
+          }
+          knob && /^ +# / { print "  " $0; next } { knob = 0 }' "$1"
+      }
+      _help_sets() {  # script file: NAME=value for each variable it gives a value of its own to pass on: its knob
+        # lines, `export NAME=...`, and NAME=value before the command that runs another script
+        awk '{ line = $0; sub(/(^|[ \t])#.*$/, "", line); n = split(line, word, /[ \t]+/); first = (word[1] == "" ? 2 : 1)
+               if (word[first] == "export") { for (i = first + 1; i <= n; i++) if (word[i] ~ /^[A-Z][A-Z0-9_]*=/) print word[i]; next }
+               for (i = first; i <= n && word[i] ~ /^[A-Z][A-Z0-9_]*=/ && word[i] !~ /\$\(/; i++) ;
+               if (i > first && (word[i] == "exec" || word[i] == "bash")) { for (j = first; j < i; j++) print word[j]; next }
+               if (line ~ /^[A-Z][A-Z0-9_]*=\$\{/) print word[1] }' "$1"
       }
       echo "scripts/$(basename "${BASH_SOURCE[1]}"):"
       # the header: the comment lines after the shebang, up to the first line that is not a comment
@@ -20,9 +33,15 @@ for _help_arg in "$@"; do
       echo
       echo "knobs: environment variables, as the script reads them (VAR=\${VAR:-default})"
       if [ -n "$_help_own" ]; then echo "$_help_own"; fi
-      if [ -n "${HELP_KNOBS_OF:-}" ]; then
+      if [ -n "${HELP_KNOBS_OF:-}" ]; then  # the other script's knobs, less those this one sets itself
+        _help_set=$(_help_sets "${BASH_SOURCE[1]}")
+        _help_names=$(printf '%s\n' "$_help_set" | sed 's/=.*//' | sort -u | tr '\n' ' ')
         echo "${_help_own:+and }those of scripts/$HELP_KNOBS_OF, which it runs:"
-        _help_knobs "$(dirname "${BASH_SOURCE[1]}")/$HELP_KNOBS_OF"
+        _help_knobs "$(dirname "${BASH_SOURCE[1]}")/$HELP_KNOBS_OF" "$_help_names"
+        _help_mine=" $(printf '%s\n' "$_help_own" | sed -n 's/^  \([A-Z][A-Z0-9_]*\)=.*/\1/p' | tr '\n' ' ')"
+        _help_fixed=$(printf '%s\n' "$_help_set" | grep -v '=\${' | while IFS= read -r _a; do
+          case "$_help_mine" in *" ${_a%%=*} "*) ;; *) printf '%s ' "$_a" ;; esac; done)
+        if [ -n "${_help_fixed// /}" ]; then echo "  set by this script: ${_help_fixed% }"; fi
       fi
       exit 0 ;;
   esac

@@ -13,7 +13,6 @@
 #   TASK=chain bash scripts/learn_gpu.sh                       # 1-3 chained calls (longer than ten minutes)
 #   DEVICE=cpu SFT_STEPS=20 SFT_TOOL_ONLY_STEPS=10 SFT_CONVERGED_LOSS=9 GRPO_STEPS=2 TEST_ROWS=16 \
 #     bash scripts/learn_gpu.sh                                # every stage on the CPU stand-ins, quickly
-#   KIT_SCRIPT=scripts/learn_gpu.sh KIT_MODEL=0 bash .gpukit/run.sh .gpukit        # on an air-gapped GPU node
 #
 # The pipeline is `python -m recipes.harness.learning.gpu_pipeline` (recipes/harness/learning/gpu_pipeline.py); this
 # script holds its knobs, the learning checks' shared ones in scripts/learn_knobs.sh. Everything it writes (task,

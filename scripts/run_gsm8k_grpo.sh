@@ -22,7 +22,7 @@ REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # ---- knobs ------------------------------------------------------------------------------------------
 PROFILE=${PROFILE:-8xh100}                       # config/profile/<PROFILE>.yaml
 DATA_DIR=${DATA_DIR:-$HOME/data/gsm8k}           # where python data_prep/gsm8k.py writes
-TOOL_SET=${TOOL_SET:-calculator}                 # calculator | calc_gsm8k_reward | both | none (as in the data prep)
+TOOL_SET=${TOOL_SET:-calculator}                 # config/tool_config/<TOOL_SET>.yaml, or none (as in the data prep)
 MODEL_PATH=${MODEL_PATH:-}                       # empty: the profile's model
 N_GPUS_PER_NODE=${N_GPUS_PER_NODE:-}             # empty: the profile's
 NNODES=${NNODES:-}                               # empty: the profile's

@@ -13,9 +13,10 @@ REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PYTHON=${PYTHON:-}                          # empty: the active venv, else the project's GPU env (.venv-gpu)
 WORK_DIR=${WORK_DIR:-/tmp/gsm8k_1gpu_smoke} # where its rows are prepared, unless DATA_DIR is given
 GSM8K_DIR=${GSM8K_DIR:-}                    # GSM8K's {train,test}.jsonl; empty: the hub, else the sample
+DATA_DIR=${DATA_DIR:-}                      # parquet prepared earlier; empty: prepared into WORK_DIR/data
 use_python gpu
 
-if [ -z "${DATA_DIR:-}" ]; then  # 2 steps x 8 prompts; validation scores up to 64 rows (config/profile/1gpu_smoke.yaml)
+if [ -z "$DATA_DIR" ]; then  # 2 steps x 8 prompts; validation scores up to 64 rows (config/profile/1gpu_smoke.yaml)
   SOURCE=(--fallback_sample)
   if [ -n "$GSM8K_DIR" ]; then SOURCE=(--input_dir "$GSM8K_DIR"); fi
   (cd "$REPO_ROOT" && "$PYTHON" data_prep/gsm8k.py "${SOURCE[@]}" --train_size 256 --test_size 64 \

@@ -7,5 +7,6 @@
 # the job's entrypoint or runtime env, and OUTPUT_DIR must be shared storage (checked).
 HELP_KNOBS_OF=run_gsm8k_grpo.sh . "$(dirname "${BASH_SOURCE[0]}")/help.sh" "$@"  # -h/--help: usage, knobs; runs nothing
 set -euo pipefail
+PROFILE=${PROFILE:-multinode}  # config/profile/<PROFILE>.yaml: two 8-GPU nodes
 : "${RAY_ADDRESS:?set RAY_ADDRESS to the Ray dashboard address, e.g. http://10.0.0.1:8265}"
-PROFILE=${PROFILE:-multinode} SUBMIT=ray exec bash "$(dirname "${BASH_SOURCE[0]}")/run_gsm8k_grpo.sh" "$@"
+PROFILE=$PROFILE SUBMIT=ray exec bash "$(dirname "${BASH_SOURCE[0]}")/run_gsm8k_grpo.sh" "$@"

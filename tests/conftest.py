@@ -31,7 +31,7 @@ def repo_root() -> Path:
 def shared_gsm8k_dir() -> Path:
     """The real GSM8K (OpenAI grade-school-math, 7473 train / 1319 test rows) beside the repo."""
     if not (SHARED_GSM8K_DIR / "train.jsonl").is_file():
-        pytest.skip(f"real GSM8K not found at {SHARED_GSM8K_DIR} (../shared/data/gsm8k beside the repo)")
+        pytest.skip(f"real GSM8K not found at {SHARED_GSM8K_DIR} (GSM8K's train.jsonl and test.jsonl)")
     return SHARED_GSM8K_DIR
 
 

@@ -15,9 +15,10 @@ import sys
 
 import pytest
 
-from recipes.constants import CALCULATOR, REPO_ROOT
+from recipes.constants import REPO_ROOT
 from recipes.harness.standins.gsm8k_replay_llm import KINDS, load_solutions, replay_turns
 from recipes.harness.standins.weave_http_server import API_KEY, loopback_wandb
+from tools.calculator import NAME as CALCULATOR
 
 pytestmark = pytest.mark.timeout(600)
 

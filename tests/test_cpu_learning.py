@@ -285,7 +285,7 @@ def test_the_unmasked_loop_trains_on_tool_tokens_and_scores_as_the_recipe(chain)
 
 
 def test_flipped_reward_negates_only_the_score():
-    from recipes.constants import DATA_SOURCE
+    from data_prep.gsm8k_rows import DATA_SOURCE
     from recipes.rollout.reward import compute_score
     from testkit.flipped_reward import compute_score as flipped
 

@@ -7,12 +7,12 @@ import json
 import pytest
 import torch
 
-from recipes.constants import CALCULATOR
 from recipes.cpu_backend.generation import Sampling, generate
 from recipes.cpu_backend.steering import SteeringLedger, forced_tool_call, is_first_turn, prompt_key
 from recipes.harness.qwen_tokenizer import build_tiny_qwen2_model_dir
 from recipes.rollout.reward import count_tool_calls
 from recipes.tool_sets import get_tool_set
+from tools.calculator import NAME as CALCULATOR
 
 QUESTION = "Natalia sold 48 clips in April and half as many in May. How many clips did she sell in total?"
 

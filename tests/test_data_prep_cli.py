@@ -12,8 +12,9 @@ import pytest
 
 from data_prep import gsm8k, parquet_io
 from data_prep.parquet_io import non_portable_fields
-from recipes.constants import CALC_GSM8K_REWARD, CALCULATOR
 from recipes.tool_sets import get_tool_set
+from tools.calculator import NAME as CALCULATOR
+from tools.gsm8k_reward_tool import NAME as CALC_GSM8K_REWARD
 
 
 def run_prep(*args: str) -> int:
@@ -74,7 +75,7 @@ def mini_output(mini_gsm8k_dir, tmp_path_factory):
 @pytest.mark.parametrize("output", ["mini_output", "real_output"])
 def test_parquet_is_portable(output, request):
     """No `datasets` feature metadata and no large/view Arrow types: what older readers choke on. The property
-    does not need all of GSM8K, so it is checked on our fixture too (which runs where ../shared is absent)."""
+    does not need all of GSM8K, so it is checked on our fixture too (which runs where the real GSM8K is absent)."""
     folder = request.getfixturevalue(output)
     for split in ("train", "test"):
         schema = pq.read_schema(folder / f"{split}.parquet")

@@ -2,17 +2,18 @@
 
 import pytest
 
-from data_prep.gsm8k_rows import InvalidRecord, SourceRecord, build_row, extract_ground_truth
-from recipes.constants import (
-    AGENT_NAME,
-    AGENT_NAME_NO_TOOLS,
-    CALC_GSM8K_REWARD,
-    CALCULATOR,
+from data_prep.gsm8k_rows import (
     DATA_SOURCE,
     DATA_SOURCE_NO_TOOLS,
-    INSTRUCTION,
+    InvalidRecord,
+    SourceRecord,
+    build_row,
+    extract_ground_truth,
 )
+from recipes.constants import AGENT_NAME, AGENT_NAME_NO_TOOLS, INSTRUCTION
 from recipes.tool_sets import TOOL_SETS, get_tool_set
+from tools.calculator import NAME as CALCULATOR
+from tools.gsm8k_reward_tool import NAME as CALC_GSM8K_REWARD
 
 
 @pytest.mark.parametrize(
@@ -93,5 +94,5 @@ def test_bad_records_name_their_location(record, message):
 
 
 def test_unknown_tool_set_lists_the_choices():
-    with pytest.raises(ValueError, match="calculator, calc_gsm8k_reward, both"):
+    with pytest.raises(ValueError, match="both, calc_gsm8k_reward, calculator, none"):
         get_tool_set("abacus")

@@ -30,13 +30,21 @@ print(json.dumps({"code": code, "out": out.getvalue(), "heavy": [m for m in HEAV
 """
 
 
+# a code block that is a whole file to add, its path on the first line (docs/how-to.md's new tool and dataset):
+# the commands after it run that file, which tests/test_extending.py adds and runs in a copy of the repo
+ADDED_FILE = re.compile(r"\A# ((?:tools|data_prep|config)/[\w/]+\.(?:py|yaml))\n")
+
+
 def documented_scripts() -> dict[str, list[str]]:
-    """script -> the pages whose code blocks run it."""
+    """script -> the pages whose code blocks run it (not the scripts a page adds)."""
     found: dict[str, list[str]] = {}
     for page in [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]:
-        for block in FENCE.findall(page.read_text()):
+        blocks = FENCE.findall(page.read_text())
+        added = {m.group(1) for block in blocks if (m := ADDED_FILE.match(block))}
+        for block in blocks:
             for script in COMMAND.findall(block):
-                found.setdefault(script, []).append(page.name)
+                if script not in added:
+                    found.setdefault(script, []).append(page.name)
     return found
 
 

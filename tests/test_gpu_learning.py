@@ -13,8 +13,9 @@ import pytest
 from test_cpu_learning import rows_of
 
 from data_prep.gsm8k import main as data_prep_main
+from data_prep.gsm8k_rows import DATA_SOURCE_NO_TOOLS
 from recipes.answers import CALLED_TOOL, TOOL_SET, TURNS
-from recipes.constants import AGENT_NAME_NO_TOOLS, DATA_SOURCE_NO_TOOLS, PROFILE_DIR, REPO_ROOT
+from recipes.constants import AGENT_NAME_NO_TOOLS, PROFILE_DIR, REPO_ROOT
 from recipes.gpu_env.kernel_census import QWEN25, modules_for, shape_of
 from recipes.harness import agent_loop_inprocess as harness
 from recipes.harness.learning import task
@@ -55,7 +56,7 @@ def launch_config(model, *overrides, data_dir=None):
 
 
 def test_the_sglang_shape_has_the_one_gpu_smokes_first_use_kernels(models):
-    """head_dim 64 with GQA group 4: the modules the smoke compiled for Qwen2.5-0.5B (which the GPU kit prebuilds),
+    """head_dim 64 with GQA group 4: the modules the smoke compiled for Qwen2.5-0.5B (which `--warm-kernels` prebuilds),
     the KV-cache row of 256 bytes; the CPU shape's head_dim 16 is none of FlashInfer's."""
     config = json.loads((models["sglang"] / "config.json").read_text())
     shape = shape_of(str(models["sglang"]), config)

@@ -1,4 +1,4 @@
-"""scripts/learn_gpu.sh end to end here, at a tiny size: its DRY_RUN as a user runs it before a GPU is lent (the task,
+"""scripts/learn_gpu.sh end to end here, at a tiny size: its DRY_RUN as a user runs it before a GPU run (the task,
 the data, the tokenizer, the model and its SGLang check, the composed gpu_learn config and the plan; nothing trains),
 and DEVICE=cpu, every stage of the GPU pipeline on the CPU stand-ins (hf_cpu serves the SGLang-shaped model): the
 SFT, ONE launch of the recipe's launcher validating before and after on both files, the scores read from the two
@@ -29,7 +29,7 @@ def learn_gpu(work, *args, **env):
     base = {k: v for k, v in os.environ.items() if not k.startswith(_NOT_PASSED_ON)}
     tiny = {"PYTHON": sys.executable, "WORK_DIR": str(work), "TRAIN_ROWS": "48", "TEST_ROWS": str(TEST_ROWS),
             "SFT_STEPS": "4", "SFT_TOOL_ONLY_STEPS": "2", "SFT_CONVERGED_LOSS": "100", "GRPO_STEPS": str(GRPO_STEPS)}
-    # one stream, as the GPU kit's log holds it
+    # one stream, as a log of the run holds it
     return subprocess.run(["bash", str(REPO_ROOT / "scripts" / "learn_gpu.sh"), *args], stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, timeout=840, env={**base, **tiny, **env},
                           stdin=subprocess.DEVNULL)

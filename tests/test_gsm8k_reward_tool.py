@@ -4,8 +4,8 @@ import asyncio
 
 import pytest
 
-from recipes.constants import CALC_GSM8K_REWARD
 from recipes.tool_sets import get_tool_set
+from tools.gsm8k_reward_tool import NAME as CALC_GSM8K_REWARD
 
 
 @pytest.fixture(scope="module")

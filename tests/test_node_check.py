@@ -19,7 +19,7 @@ from recipes.preflight.report import Report
 from recipes.preflight.run import Preflight, node_verdict
 from testkit.launcher import clean_environ
 
-H100_NODE = {  # stand-in nvidia-smi: what the real one printed on a lent 8xH100 node, per query
+H100_NODE = {  # stand-in nvidia-smi: what the real one printed on an 8xH100 node, per query
     "-L": "".join(f"GPU {i}: NVIDIA H100 80GB HBM3 (UUID: GPU-{i:08d})\n" for i in range(8)),
     "--query-gpu=driver_version": "580.159.04\n" * 8,
 }

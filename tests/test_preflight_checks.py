@@ -155,3 +155,28 @@ def test_the_cpu_platform_needs_the_cpu_rollout(monkeypatch):
     assert not run(check_cpu_rollout, "profile=cpu_smoke").errors
     monkeypatch.delenv("VERL_PLATFORM")
     assert not run(check_cpu_rollout).errors
+
+
+def test_rows_of_a_dataset_the_reward_knows_on_the_current_prompt_pass_and_others_are_named(tmp_path):
+    """What made a file's rows (recipes/preflight/row_origin.py): a data_source no dataset module declares is refused
+    (the reward would stop the run at its first rollout); rows prepared on another system prompt than
+    config/system_prompt.yaml gives their tool set now are warned about."""
+    from data_prep.gsm8k_rows import SourceRecord, build_row
+    from recipes.preflight.row_origin import RECIPE_REWARD, check_row_origin
+    from recipes.tool_sets import get_tool_set
+
+    config = compose_config([f"reward.custom_reward_function.path={RECIPE_REWARD}"])
+    row = build_row(SourceRecord("How many?", "#### 72", "t", 0), "train", get_tool_set("calculator"))
+
+    def check(changed: dict, on=config) -> Report:
+        report = Report()
+        check_row_origin(on, tmp_path / "train.parquet", {**row, **changed}, report)
+        return report
+
+    assert (check({}).errors, check({}).warnings) == ([], [])
+    (error,) = check({"data_source": "example/other"}).errors
+    assert "no dataset declares data_source 'example/other'" in error and "data_prep/" in error
+    assert check({"data_source": "example/other"}, compose_config([])).errors == []  # another reward: its business
+    old_prompt = [{"role": "system", "content": "You are a tutor."}, row["prompt"][1]]
+    (warning,) = check({"prompt": old_prompt}).warnings
+    assert "system prompt" in warning and "config/system_prompt.yaml" in warning and "'calculator'" in warning

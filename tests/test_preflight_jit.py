@@ -161,8 +161,8 @@ def test_the_census_follows_the_launchs_model(tmp_path):
 
 def test_flashinfers_cuda_norm_is_counted_only_where_flashinfer_would_compile_it():
     """With nvidia-cutlass-dsl (the lock's) FlashInfer runs CuTe DSL norm kernels and never compiles its CUDA norm
-    module; without it (an image that trims it, as the air-gapped kit did) or with FLASHINFER_USE_CUDA_NORM=1 the
-    first CUDA-graph capture compiles it."""
+    module; without it (an image that trims it, as one made for an air-gapped node did) or with
+    FLASHINFER_USE_CUDA_NORM=1 the first CUDA-graph capture compiles it."""
     modules = launch_census(QWEN_3B)
     assert "norm" not in {m.key for m in needed_here(modules, {}, cuda_norm=False)}
     assert [m.key for m in needed_here(modules, {}, cuda_norm=True)] == [m.key for m in modules]

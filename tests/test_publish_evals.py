@@ -17,7 +17,6 @@ from contextlib import redirect_stdout
 import pytest
 
 from data_prep.gsm8k_rows import SourceRecord, build_row
-from recipes.constants import CALCULATOR
 from recipes.harness import agent_loop_inprocess as harness
 from recipes.harness.qwen_tokenizer import load_qwen25_tokenizer
 from recipes.harness.standins.scripted_llm import ScriptedLLM, tool_call
@@ -30,6 +29,7 @@ from recipes.rollout.agent_loop import ScoredToolAgentLoop
 from recipes.tool_sets import get_tool_set
 from recipes.trajectory import count_tool_errors
 from testkit.dumps import write_verl_dump
+from tools.calculator import NAME as CALCULATOR
 
 PROJECT = "gsm8k-evals-test"
 EXPERIMENT = "qwen-tools"

@@ -3,11 +3,11 @@ strict/flexible; the optional tool-call bonus."""
 
 import pytest
 
-from data_prep.gsm8k_rows import SourceRecord, build_row
-from recipes.constants import CALC_GSM8K_REWARD, DATA_SOURCE, DATA_SOURCE_NO_TOOLS
+from data_prep.gsm8k_rows import DATA_SOURCE, DATA_SOURCE_NO_TOOLS, SourceRecord, build_row
 from recipes.rollout.reward import compute_score
 from recipes.tool_sets import get_tool_set
 from recipes.trajectory import count_tool_calls
+from tools.gsm8k_reward_tool import NAME as CALC_GSM8K_REWARD
 
 CALL = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "48+24"}}\n</tool_call>'
 

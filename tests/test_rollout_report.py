@@ -6,7 +6,6 @@ import json
 import pytest
 
 from data_prep.gsm8k_rows import SourceRecord, build_row
-from recipes.constants import CALCULATOR
 from recipes.harness import agent_loop_inprocess as harness
 from recipes.harness.qwen_tokenizer import load_qwen25_tokenizer
 from recipes.harness.standins.scripted_llm import ScriptedLLM, tool_call
@@ -15,6 +14,7 @@ from recipes.results.stats import collapse_alarm
 from recipes.rollout.agent_loop import ScoredToolAgentLoop
 from recipes.tool_sets import get_tool_set
 from testkit.dumps import write_verl_dump
+from tools.calculator import NAME as CALCULATOR
 
 QUESTIONS = [("A baker has 48 muffins and sells half. How many are left?", "24"),
              ("Tom reads 12 pages a day for 6 days. How many pages?", "72")]

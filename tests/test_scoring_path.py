@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from data_prep.gsm8k_rows import SourceRecord, build_row
-from recipes.constants import CALCULATOR, REPO_ROOT
+from recipes.constants import REPO_ROOT
 from recipes.harness import agent_loop_inprocess as harness
 from recipes.harness.qwen_tokenizer import load_qwen25_tokenizer
 from recipes.harness.standins.scripted_llm import ScriptedLLM, tool_call
@@ -21,6 +21,7 @@ from recipes.harness.standins.weave_memory_server import install_memory_weave_cl
 from recipes.rollout.agent_loop import REWARD_EXTRA_INFO, ScoredToolAgentLoop
 from recipes.tool_sets import get_tool_set
 from testkit import recording_reward
+from tools.calculator import NAME as CALCULATOR
 
 RECORDING_REWARD = REPO_ROOT / "tests" / "testkit" / "recording_reward.py"
 QUESTION = "Tom has 70 apples and buys 2 more. How many apples does he have?"

@@ -7,8 +7,7 @@ import time
 
 import pytest
 
-from data_prep.gsm8k_rows import SourceRecord, build_row
-from recipes.constants import CALC_GSM8K_REWARD, CALCULATOR, DATA_SOURCE
+from data_prep.gsm8k_rows import DATA_SOURCE, SourceRecord, build_row
 from recipes.harness import agent_loop_inprocess as harness
 from recipes.harness.qwen_tokenizer import load_qwen25_tokenizer
 from recipes.harness.standins.scripted_llm import ScriptedLLM, tool_call
@@ -16,6 +15,8 @@ from recipes.rollout.agent_loop import ScoredToolAgentLoop
 from recipes.rollout.reward import compute_score
 from recipes.tool_sets import get_tool_set
 from recipes.trajectory import model_text, split_turns
+from tools.calculator import NAME as CALCULATOR
+from tools.gsm8k_reward_tool import NAME as CALC_GSM8K_REWARD
 
 QUESTION = "Natalia sold 48 clips in April and half as many in May. How many clips did she sell in total?"
 

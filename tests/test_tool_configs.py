@@ -5,13 +5,12 @@ import pytest
 from omegaconf import OmegaConf
 
 from recipes.tool_sets import TOOL_SETS, get_tool_set
-from tools import calculator, gsm8k_reward_tool
 from tools.calculator import CalculatorTool
 from tools.gsm8k_reward_tool import Gsm8kRewardTool
 
 CLASSES = {"calculator": CalculatorTool, "calc_gsm8k_reward": Gsm8kRewardTool}
 ARGUMENTS = {"calculator": "expression", "calc_gsm8k_reward": "answer"}
-SCHEMAS = {"calculator": calculator.SCHEMA, "calc_gsm8k_reward": gsm8k_reward_tool.SCHEMA}
+SCHEMAS = {name: cls.SCHEMA for name, cls in CLASSES.items()}
 
 
 @pytest.mark.parametrize("name", sorted(n for n, ts in TOOL_SETS.items() if ts.tools))
@@ -27,6 +26,34 @@ def test_yaml_loads_through_verl_and_matches_the_tool_set(name):
         assert params.required == [ARGUMENTS[tool.name]] and list(params.properties) == [ARGUMENTS[tool.name]]
     # every tool the rows' tools_kwargs name is loaded, and nothing else
     assert set(tool_set.tools_kwargs("1", 0)) == {t.name for t in tools}
+
+
+def test_the_tool_sets_are_the_yamls_and_none():
+    """What data prep's --tool_set and the launcher's TOOL_SET offer: each YAML of config/tool_config/ (its
+    `description` the --help line), and none; nothing else lists them."""
+    from recipes.constants import TOOL_CONFIG_DIR
+
+    assert list(TOOL_SETS) == [*sorted(p.stem for p in TOOL_CONFIG_DIR.glob("*.yaml")), "none"]
+    for tool_set in TOOL_SETS.values():
+        if tool_set.config_path:
+            assert tool_set.description == OmegaConf.load(tool_set.config_path).description
+
+
+def test_a_tools_prompt_sentence_comes_from_its_class_or_its_schema():
+    """The system prompt names every tool of the set: the class's PROMPT, or config/system_prompt.yaml's `tool`
+    sentence filled with the schema's name and description."""
+    from recipes.tool_sets import system_prompt_parts, tool_sentence
+
+    template = system_prompt_parts()["tool"]
+    calculator, checker = get_tool_set("both").loaded
+    assert tool_sentence(calculator, template) == CalculatorTool.PROMPT.format(name="calculator")
+    assert tool_sentence(checker, template) in get_tool_set("both").system_prompt
+
+    class Plain:  # a verl tool without a PROMPT of its own
+        tool_schema = CalculatorTool.SCHEMA
+
+    sentence = tool_sentence(Plain(), template)
+    assert "`calculator`" in sentence and CalculatorTool.SCHEMA.function.description in sentence
 
 
 def test_loading_the_tools_prints_nothing(capfd):

@@ -8,13 +8,13 @@ import asyncio
 import numpy as np
 
 from data_prep.gsm8k_rows import SourceRecord, build_row
-from recipes.constants import CALCULATOR
 from recipes.harness import agent_loop_inprocess as harness
 from recipes.harness.qwen_tokenizer import load_qwen25_tokenizer
 from recipes.harness.standins.scripted_llm import ScriptedLLM, tool_call
 from recipes.harness.standins.weave_memory_server import install_memory_weave_client
 from recipes.rollout.agent_loop import ScoredToolAgentLoop
 from recipes.tool_sets import get_tool_set
+from tools.calculator import NAME as CALCULATOR
 
 QUESTION, ANSWER = "Tom reads 12 pages a day for 6 days. How many pages?", "72"
 SCRIPT = [tool_call(CALCULATOR, expression="12*6"), "#### 72"]

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 
 from data_prep.gsm8k_rows import SourceRecord, build_row
-from recipes.constants import CALCULATOR
 from recipes.harness import agent_loop_inprocess as harness
 from recipes.harness.learning import task
 from recipes.harness.learning.transcripts import expressions_of, scripted_turns
@@ -22,6 +21,7 @@ from recipes.rollout.agent_loop import ScoredToolAgentLoop
 from recipes.tool_sets import get_tool_set
 from recipes.tracing.shaping import CHAT_OP
 from testkit.weave_tracing import traced_to_loopback_wandb
+from tools.calculator import NAME as CALCULATOR
 
 QUESTION = "Natalia sold 48 clips in April and half as many in May. How many in total?"
 TURNS = [tool_call(CALCULATOR, expression="48/2"), "48 + 24 = 72 clips.\n#### 72"]

@@ -18,13 +18,14 @@ import pytest
 from ray import cloudpickle
 
 from data_prep.gsm8k_rows import SourceRecord, build_row
-from recipes.constants import CALCULATOR, TRACE_RELAY_ENV
+from recipes.constants import TRACE_RELAY_ENV
 from recipes.harness import agent_loop_inprocess as harness
 from recipes.harness.qwen_tokenizer import build_tiny_qwen2_model_dir, default_cache_dir, load_qwen25_tokenizer
 from recipes.harness.standins.scripted_llm import ScriptedLLM, tool_call
 from recipes.harness.standins.weave_http_server import API_KEY, loopback_wandb
 from recipes.tool_sets import get_tool_set
 from testkit.relay_process import RelayProcess
+from tools.calculator import NAME as CALCULATOR
 
 pytestmark = pytest.mark.timeout(400)
 

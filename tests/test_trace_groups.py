@@ -21,13 +21,13 @@ import numpy as np
 import pytest
 
 from data_prep.gsm8k_rows import SourceRecord, build_row
-from recipes.constants import CALCULATOR
 from recipes.harness import agent_loop_inprocess as harness
 from recipes.harness.held_calls import held_calls, weave_reader
 from recipes.harness.standins.scripted_llm import ScriptedLLM, tool_call
 from recipes.tool_sets import get_tool_set
 from recipes.tracing.volume import GROUPS_KEY
 from testkit.weave_tracing import traced_to_loopback_wandb
+from tools.calculator import NAME as CALCULATOR
 
 N, WORKERS, PROMPTS, STEPS = 4, 2, 4, 2  # rollout.n; agent-loop workers; prompts a step; steps per phase
 PROJECT, EXPERIMENT = "gsm8k-groups-test", "groups"

@@ -8,7 +8,6 @@ import contextvars
 import pytest
 
 from data_prep.gsm8k_rows import SourceRecord, build_row
-from recipes.constants import CALCULATOR
 from recipes.harness import agent_loop_inprocess as harness
 from recipes.harness.qwen_tokenizer import load_qwen25_tokenizer
 from recipes.harness.standins.scripted_llm import ScriptedLLM, tool_call
@@ -16,6 +15,7 @@ from recipes.harness.standins.weave_memory_server import install_memory_weave_cl
 from recipes.rollout.agent_loop import ScoredToolAgentLoop
 from recipes.tool_sets import get_tool_set
 from recipes.tracing.shaping import CHAT_OP, ROLLOUT_SUMMARY, TOKEN_FIELDS, TextOnlyTracer
+from tools.calculator import NAME as CALCULATOR
 
 PROJECT = "gsm8k-tracing-test"
 QUESTIONS = {
@@ -240,9 +240,9 @@ def test_weaves_object_search_steps_over_plain_values_only():
 
 def test_sanitize_leaves_out_empty_fields_and_names_the_tool_schemas():
     from recipes.tracing.shaping import sanitize
-    from tools.calculator import SCHEMA
+    from tools.calculator import CalculatorTool
 
-    inputs = {"responses_ids": list(range(40)), "tools": [SCHEMA], "image_data": None, "mm_processor_kwargs": {},
+    inputs = {"responses_ids": list(range(40)), "tools": [CalculatorTool.SCHEMA], "image_data": None, "mm_processor_kwargs": {},
               "turn_scores": [], "text": "", "reward": 0.0, "ok": False, "nested": {"audio_data": None, "n": 1}}
     assert sanitize(inputs) == {"responses_ids": "<40 token ids>", "tools": [CALCULATOR], "text": "", "reward": 0.0,
                                 "ok": False, "nested": {"n": 1}}

@@ -9,36 +9,31 @@ from typing import Any
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 from verl.utils.rollout_trace import rollout_trace_op
 
-from recipes.constants import CALCULATOR
 from tools.arithmetic import CalcError, calculate
 from tools.quiet_tool import QuietTool
 
 logger = logging.getLogger(__name__)
 
 
-# What the model is told about the tool: its one home (every tool set YAML names the class and leaves the schema
-# to it; verl's loader asks get_openai_tool_schema when a YAML entry has no tool_schema).
-SCHEMA = OpenAIFunctionToolSchema.model_validate({
-    "type": "function",
-    "function": {
-        "name": CALCULATOR,
-        "description": "Evaluate an arithmetic expression and return the number. Supports + - * / ** %, parentheses "
-                       "and decimals, e.g. (16-3-4)*2 or 48/2.",
-        "parameters": {
-            "type": "object",
-            "properties": {"expression": {"type": "string",
-                                          "description": "The arithmetic expression to evaluate, e.g. 12*(3+4)/2."}},
-            "required": ["expression"],
-        },
-    },
-})
-
-
 class CalculatorTool(QuietTool):
     """Stateless: verl creates, executes and releases an instance per call; nothing to keep between them."""
 
-    def get_openai_tool_schema(self) -> OpenAIFunctionToolSchema:
-        return SCHEMA
+    SCHEMA = OpenAIFunctionToolSchema.model_validate({
+        "type": "function",
+        "function": {
+            "name": "calculator",
+            "description": "Evaluate an arithmetic expression and return the number. Supports + - * / ** %, "
+                           "parentheses and decimals, e.g. (16-3-4)*2 or 48/2.",
+            "parameters": {
+                "type": "object",
+                "properties": {"expression": {
+                    "type": "string", "description": "The arithmetic expression to evaluate, e.g. 12*(3+4)/2."}},
+                "required": ["expression"],
+            },
+        },
+    })
+    PROMPT = ("You can call the `{name}` tool to evaluate an arithmetic expression (+, -, *, /, **, parentheses, %). "
+              "Use it for any computation you are not sure of, read its result, then continue your reasoning.")
 
     @rollout_trace_op
     async def execute(self, instance_id: str, parameters: dict[str, Any], **kwargs) -> tuple[ToolResponse, float, dict]:
@@ -56,3 +51,6 @@ class CalculatorTool(QuietTool):
 
 def _error(text: str, kind: str) -> tuple[ToolResponse, float, dict]:
     return ToolResponse(text=text), 0.0, {"ok": 0, "error": kind}
+
+
+NAME = CalculatorTool.SCHEMA.function.name  # for what writes calls of it (stand-in models, benchmarks)

@@ -20,36 +20,36 @@ from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 from verl.utils.rollout_trace import rollout_trace_op
 
 from recipes.answers import answers_match, extract_answer
-from recipes.constants import CALC_GSM8K_REWARD
 from tools.quiet_tool import QuietTool
 
 logger = logging.getLogger(__name__)
 
 
-# The tool's one schema (tool set YAMLs name the class only; see tools/calculator.py).
-SCHEMA = OpenAIFunctionToolSchema.model_validate({
-    "type": "function",
-    "function": {
-        "name": CALC_GSM8K_REWARD,
-        "description": "Check your answer to the GSM8K problem: submit the final number and learn whether it is "
-                       "correct.",
-        "parameters": {
-            "type": "object",
-            "properties": {"answer": {"type": "string", "description": 'Your final answer as a number, e.g. 72 or '
-                                                                       '-3.5 ("#### 72" is accepted too).'}},
-            "required": ["answer"],
-        },
-    },
-})
-
-
 class Gsm8kRewardTool(QuietTool):
+    SCHEMA = OpenAIFunctionToolSchema.model_validate({
+        "type": "function",
+        "function": {
+            "name": "calc_gsm8k_reward",
+            "description": "Check your answer to the GSM8K problem: submit the final number and learn whether it is "
+                           "correct.",
+            "parameters": {
+                "type": "object",
+                "properties": {"answer": {"type": "string", "description": 'Your final answer as a number, e.g. 72 '
+                                                                           'or -3.5 ("#### 72" is accepted too).'}},
+                "required": ["answer"],
+            },
+        },
+    })
+    PROMPT = ("After solving the problem, submit your answer with the `{name}` tool at least once; it tells you "
+              "whether the answer is correct, and you may revise it.")
+
     def __init__(self, config: dict, tool_schema):
         super().__init__(config, tool_schema)
         self._ground_truths: dict[str, str | None] = {}
 
-    def get_openai_tool_schema(self) -> OpenAIFunctionToolSchema:
-        return SCHEMA
+    @classmethod
+    def row_kwargs(cls, ground_truth: str, row_index: int) -> dict:
+        return {"ground_truth": ground_truth}  # the whole point of this tool, and why it leaks correctness
 
     async def create(self, instance_id: str | None = None, **kwargs) -> tuple[str, ToolResponse]:
         instance_id = instance_id or uuid4().hex
@@ -87,3 +87,6 @@ class Gsm8kRewardTool(QuietTool):
 
     async def release(self, instance_id: str, **kwargs) -> None:
         self._ground_truths.pop(instance_id, None)
+
+
+NAME = Gsm8kRewardTool.SCHEMA.function.name  # for what writes calls of it (stand-in models, benchmarks)

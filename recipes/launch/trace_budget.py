@@ -21,14 +21,19 @@ from recipes.tracing.volume import (
     split_refusal,
 )
 
+# The example the knob's error gives: above one group a step of every profile, whose validation adds to it
+# (8xh100: ~0.55 GB a day a group; the README's TRACE_GB_PER_DAY=2 traces 3).
+EXAMPLE_GB_PER_DAY = 2.0
+
 
 def parse_budget(value: str) -> float:
     """The knob's number (GB a day); TraceBudgetError for anything else."""
     try:
         number = float(value)
     except ValueError:
-        raise TraceBudgetError(f"TRACE_GB_PER_DAY must be a number of GB a day (e.g. 0.5), not '{value}'; "
-                               "TRACE=off traces nothing") from None
+        raise TraceBudgetError(f"TRACE_GB_PER_DAY must be a number of GB a day (e.g. {EXAMPLE_GB_PER_DAY:g}: "
+                               f"the groups that fit it, at least one), not '{value}'; TRACE=off traces nothing") \
+            from None
     return check_budget(number)
 
 

@@ -18,6 +18,7 @@ from recipes.preflight.jit_toolchain import check_jit_toolchain
 from recipes.preflight.prompt_lengths import check_prompt_lengths
 from recipes.preflight.report import Report
 from recipes.preflight.rollout_checks import check_lora_with_sglang, check_rollout_concurrency, check_tool_timeout
+from recipes.preflight.row_origin import check_row_origin
 from recipes.preflight.sglang_model import check_sglang_model
 from recipes.preflight.storage import check_checkpoint_space, check_shared_outputs
 from recipes.preflight.versions import check_gpu_env
@@ -63,7 +64,9 @@ def check_data(config: DictConfig, tool_names: list[str] | None, report: Report)
             continue
         if key == "train_files":
             train_rows = (train_rows or 0) + pq.read_metadata(path).num_rows
-        row = pq.read_table(path, columns=["agent_name", "extra_info"]).slice(0, 1).to_pylist()[0]
+        row = pq.read_table(path, columns=["data_source", "prompt", "agent_name", "extra_info"]).slice(0, 1)
+        row = row.to_pylist()[0]
+        check_row_origin(config, path, row, report)
         data_tools = sorted((row["extra_info"] or {}).get("tools_kwargs") or {})
         data_set = (row["extra_info"] or {}).get("tool_set")
         loops = (AGENT_NAME,) if data_tools else (AGENT_NAME_NO_TOOLS, AGENT_NAME)  # the second: files made before

@@ -37,7 +37,7 @@ def check_rollout_concurrency(config: DictConfig, report: Report) -> None:
         report.warn(f"only {capacity} of the {trajectories} trajectories of a step can run at once ({engines} "
                     f"engines x max_num_seqs={rollout.max_num_seqs}); set actor_rollout_ref.rollout.max_num_seqs="
                     f"{math.ceil(trajectories / engines)} if the KV cache has room "
-                    "(docs/configuration.md: rollout concurrency)")
+                    "(docs/configuration.md#choices-worth-knowing)")
 
 
 def check_tool_timeout(config: DictConfig, report: Report) -> None:

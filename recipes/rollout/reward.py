@@ -1,4 +1,4 @@
-"""GSM8K reward for verl 0.9.1's `reward.custom_reward_function` (path=recipes/rollout/reward.py, name=compute_score).
+"""The reward, verl 0.9.1's `reward.custom_reward_function` (path=recipes/rollout/reward.py, name=compute_score).
 
 Called once per trajectory by the recipe's agent loop (recipes/rollout/agent_loop.py, through verl's own loader), with
 `solution_str` = what the MODEL wrote: its turns as verl's response mask marks them, one per line. Tool output
@@ -6,24 +6,27 @@ never reaches this function, so a tool that prints the number (or a tool respons
 be scored as the model's answer, whatever chat template renders the tool turns.
 
 Knobs (reward.custom_reward_function.reward_kwargs):
-- method: "strict" (default: the number after the last `####`) or "flexible" (the last number).
+- method: "strict" (default: only an answer in the format the prompt asks for; GSM8K's: the number after the last
+  `####`) or "flexible" (any answer the dataset's checker can read; GSM8K's: the last number).
 - tool_call_bonus: added once when the model made at least one well-formed call of a tool the row offered
   (`extra_info.tools_kwargs`; default 0.0).
   The known remedy for tool-use collapse (verl PR #4998 used +0.1). It is paid for wrong answers too, as
   in that PR, so that calling a tool is never worse than not calling one; it is paid once, not per call,
   so spamming calls earns nothing more.
 
-Besides the score: strict and flexible correctness, whether a `####` answer was given, the tool calls (well-formed
+Besides the score: strict and flexible correctness, whether a strict answer was given, the tool calls (well-formed
 and malformed, and whether there was one), `ref_ops`, the operations the row's reference solution works through (its
 GSM8K `<<...>>` annotations), by which the evaluation summary breaks accuracy down, the trajectory's turns and the
 row's tool set (which splits a validation dump of tools-on and tools-off rows).
 
-Rows of either data source are scored: `openai/gsm8k` and the tools-off rows' `openai/gsm8k_no_tools`
-(recipes/constants.py), the same questions and answers.
+Whether an answer is right is the row's dataset's to say: each dataset module of data_prep/ declares the data_source
+its rows carry and its answer checker (data_prep/registry.py; GSM8K's is data_prep/gsm8k.py: `openai/gsm8k`, and
+`openai/gsm8k_no_tools` for its tools-off rows). A data_source no module declares is an error, not a 0.
 """
 
 from __future__ import annotations
 
+from data_prep.registry import dataset_for
 from recipes.answers import (
     ACC,
     ACC_FLEXIBLE,
@@ -38,11 +41,8 @@ from recipes.answers import (
     TOOL_CALLS,
     TOOL_SET,
     TURNS,
-    answers_match,
-    extract_answer,
     reference_ops,
 )
-from recipes.constants import DATA_SOURCE, DATA_SOURCE_NO_TOOLS
 from recipes.trajectory import count_tool_calls, offered_tools
 
 
@@ -55,15 +55,11 @@ def compute_score(
     tool_call_bonus: float = 0.0,
     **kwargs,
 ) -> dict:
-    if data_source not in (DATA_SOURCE, DATA_SOURCE_NO_TOOLS):
-        raise ValueError(f"recipes/rollout/reward.py scores {DATA_SOURCE!r} and {DATA_SOURCE_NO_TOOLS!r} rows only, "
-                         f"got data_source={data_source!r}")
+    check_answer = dataset_for(data_source).check_answer  # raises, in one line, for a data_source none declares
     if method not in ("strict", "flexible"):
         raise ValueError(f"reward_kwargs.method must be 'strict' or 'flexible', not {method!r}")
-    strict_pred = extract_answer(solution_str, "strict")
-    flexible_pred = extract_answer(solution_str, "flexible")
-    acc_strict = answers_match(strict_pred, ground_truth)
-    acc_flexible = answers_match(flexible_pred, ground_truth)
+    strict_pred, acc_strict = check_answer(solution_str, ground_truth, "strict")
+    flexible_pred, acc_flexible = check_answer(solution_str, ground_truth, "flexible")
     correct = acc_strict if method == "strict" else acc_flexible
     good_calls, bad_calls = count_tool_calls(solution_str, offered_tools(extra_info))
     bonus = float(tool_call_bonus) if good_calls else 0.0

@@ -3,11 +3,11 @@
     python scripts/bench_ci.py [--runs 1] | python scripts/record_measured.py
     python scripts/bench_ci.py --quick     # one small test file in the clone, this env's python: that it runs
 
-Each run clones HEAD into a temporary folder (committed files only, no .venv: what CI sees; ../shared linked
-beside it when there, for the tests on the full GSM8K), runs .ci/run there with no PYTHON and no active venv (so it
-builds the clone's own env) and times it from its output: install (until pytest's session header), pytest, and
-inside pytest the end-to-end file (`tests/test_e2e_cpu.py`, from pytest's --durations). Time per run:
-docs/measured.md (ci_minutes).
+Each run clones HEAD into a temporary folder (committed files only, no .venv: what CI sees; the real GSM8K
+linked beside it as beside this checkout, when there, for the tests on the full GSM8K), runs .ci/run there with no
+PYTHON and no active venv (so it builds the clone's own env) and times it from its output: install (until pytest's
+session header), pytest, and inside pytest the end-to-end file (`tests/test_e2e_cpu.py`, from pytest's
+--durations). Time per run: docs/measured.md (ci_minutes).
 Last line: `RESULT ci_minutes=<v> ci_install_minutes=<v> ci_pytest_minutes=<v> ci_e2e_minutes=<v> tests_passed=<n>`,
 one value per run, comma-separated.
 """

@@ -125,15 +125,25 @@ def record(figures: list[Figure], results: dict[str, str], recorded: str, how: s
     return updated + [Figure(name, results[name], target or "—", how, recorded) for name in new]
 
 
-def reword(figures: list[Figure], names: list[str], how: str | None, target: str | None) -> list[Figure]:
-    """The named rows with a new how and/or target; what was measured, and when, is kept."""
+def reword(figures: list[Figure], names: list[str], how: str | None, target: str | None,
+           machine: str | None = None) -> list[Figure]:
+    """The named rows with a new how and/or target, or the machine their recorded cell names (its words); what was
+    measured, and when and at which commit, is kept."""
     unknown = sorted(set(names) - {f.name for f in figures})
     if unknown:
         raise PageError(f"no row for {', '.join(unknown)} to reword")
     changes = {key: value for key, value in (("how", how), ("target", target)) if value}
-    if not changes:
-        raise PageError("--reword needs the new --how and/or --target")
-    return [replace(f, **changes) if f.name in names else f for f in figures]
+    if not changes and not machine:
+        raise PageError("--reword needs the new --how, --target and/or --machine")
+
+    def reworded(f: Figure) -> Figure:
+        recorded = f.recorded
+        if machine:
+            when, sep, _ = recorded.partition(", ")  # "<date> at <commit>, <machine>"
+            recorded = f"{when}{sep or ', '}{machine}"
+        return replace(f, **changes, recorded=recorded)
+
+    return [reworded(f) if f.name in names else f for f in figures]
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -151,8 +161,8 @@ def main(argv: list[str] | None = None, stdin=None) -> int:
     p.add_argument("--drop", action="append", default=[], metavar="NAME",
                    help="remove a figure's row (one that nothing measures any more); repeatable")
     p.add_argument("--reword", action="append", default=[], metavar="NAME",
-                   help="rewrite a figure's how and/or target (--how, --target) without re-measuring it: its value "
-                        "and recorded cells stay; repeatable")
+                   help="rewrite a figure's how and/or target (--how, --target), or the machine its recorded cell "
+                        "names (--machine), without re-measuring it: its value, date and commit stay; repeatable")
     p.add_argument("--machine", help="what it ran on (default: this machine's CPU core count)")
     p.add_argument("--commit", help="the commit that was measured, when not this checkout's HEAD (a run elsewhere)")
     p.add_argument("--check", action="store_true", help="only check the page is exactly as this script writes it")
@@ -174,7 +184,7 @@ def main(argv: list[str] | None = None, stdin=None) -> int:
             print(f"record_measured: dropped {', '.join(args.drop)} -> {args.page}", file=sys.stderr)
             return 0
         if args.reword:
-            figures = reword(figures, args.reword, args.how, args.target)
+            figures = reword(figures, args.reword, args.how, args.target, args.machine)
             write_atomic(args.page, render(figures))
             print(f"record_measured: reworded {', '.join(args.reword)} -> {args.page}", file=sys.stderr)
             return 0

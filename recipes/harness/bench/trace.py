@@ -26,7 +26,7 @@ os.environ.setdefault("WANDB_ERROR_REPORTING", "false")
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WEAVE_PRINT_CALL_LINK", "false")
 
-from recipes.constants import CALCULATOR  # noqa: E402
+from tools.calculator import NAME as CALCULATOR  # noqa: E402
 
 TARGET_MS = 5.0
 

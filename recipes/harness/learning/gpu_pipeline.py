@@ -108,7 +108,8 @@ class GpuPipeline(Stages):
                 f"data.seed={k.seed}", f"actor_rollout_ref.rollout.seed={k.seed}", *k.sizes(), *self.grpo_args]
 
     def launch(self, model: Path, dry_run: bool) -> None:
-        """The recipe's launcher; its output to this check's output (the GPU kit reads it) and to outputs/logs."""
+        """The recipe's launcher; its output to this check's output (where its RESULT line is read) and to
+        outputs/logs."""
         log_file = self.outputs / "logs" / ("dry_run.log" if dry_run else "train.log")
         log_file.parent.mkdir(parents=True, exist_ok=True)
         env = self.launch_env(model)

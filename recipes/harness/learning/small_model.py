@@ -30,7 +30,7 @@ VOCAB_SIZE = 1024  # BPE target, added tokens included
 MODEL_SHAPE = {"hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 8,
                "num_key_value_heads": 8, "max_position_embeddings": 1024}
 # The GPU learning check's model (scripts/learn_gpu.sh), ~0.66M parameters: the same width, with attention SGLang's
-# and FlashInfer's kernels serve. head_dim 64 (FlashInfer dispatches 64/128/256/512; 16 is refused, and the GPU kit
+# and FlashInfer's kernels serve. head_dim 64 (FlashInfer dispatches 64/128/256/512; 16 is refused, and `--warm-kernels`
 # prebuilds FlashInfer's modules for 64), set explicitly: q/o project 128 <-> 8 x 64. 2 KV heads: a GQA group of 4,
 # so SGLang decodes through FlashInfer's tensor-core module like Qwen2.5-0.5B (group 7), and its KV-cache row is
 # 2 x 64 x 2 bytes = 256 like the 0.5B's: the first-use kernels are exactly the 1-GPU smoke's. On CPU it learns the

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import json
 
-from recipes.constants import CALCULATOR
 from tools.arithmetic import calculate
+from tools.calculator import NAME as CALCULATOR
 
 _STEP = " = <<"  # `347 + 589 = <<347+589=936>>936`: the expression as written, then GSM8K's annotation
 

@@ -14,8 +14,8 @@ import json
 from pathlib import Path
 from statistics import mean
 
+from data_prep.gsm8k_rows import DATA_SOURCE, DATA_SOURCE_NO_TOOLS
 from recipes.answers import ACC, CALLED_TOOL, TOOL_CALLS, TOOL_SET, TURNS
-from recipes.constants import DATA_SOURCE, DATA_SOURCE_NO_TOOLS
 from recipes.results.dumps import parse_dump
 from recipes.results.scoring import summarize
 from recipes.tool_sets import NO_TOOLS

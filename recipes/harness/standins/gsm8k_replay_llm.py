@@ -27,7 +27,8 @@ import re
 from collections import Counter, OrderedDict
 from pathlib import Path
 
-from recipes.constants import ANSWER_MARKER, CALCULATOR, INSTRUCTION
+from recipes.constants import ANSWER_MARKER, INSTRUCTION
+from tools.calculator import NAME as CALCULATOR
 
 _STEP = re.compile(r"<<([^<>]*)>>")
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
