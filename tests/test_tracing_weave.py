@@ -242,8 +242,9 @@ def test_sanitize_leaves_out_empty_fields_and_names_the_tool_schemas():
     from recipes.tracing.shaping import sanitize
     from tools.calculator import CalculatorTool
 
-    inputs = {"responses_ids": list(range(40)), "tools": [CalculatorTool.SCHEMA], "image_data": None, "mm_processor_kwargs": {},
-              "turn_scores": [], "text": "", "reward": 0.0, "ok": False, "nested": {"audio_data": None, "n": 1}}
+    inputs = {"responses_ids": list(range(40)), "tools": [CalculatorTool.SCHEMA], "image_data": None,
+              "mm_processor_kwargs": {}, "turn_scores": [], "text": "", "reward": 0.0, "ok": False,
+              "nested": {"audio_data": None, "n": 1}}
     assert sanitize(inputs) == {"responses_ids": "<40 token ids>", "tools": [CALCULATOR], "text": "", "reward": 0.0,
                                 "ok": False, "nested": {"n": 1}}
     assert sanitize({"tools": ["not a schema"]}) == {"tools": ["not a schema"]}
