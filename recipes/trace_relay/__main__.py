@@ -196,7 +196,7 @@ def upload_spool(args) -> int:
     try:
         upstream = Upstream.from_env(args.upstream, args.upstream_trace)
         spool = Spool(args.spool).acquire()
-    except (UpstreamRefused, SpoolBusy) as err:
+    except (UpstreamRefused, SpoolBusy, OSError) as err:  # OSError: e.g. a spool of another user's
         print(f"error: {err}", file=sys.stderr)
         return 1
     before = spool.sent_count
