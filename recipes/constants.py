@@ -23,6 +23,8 @@ SHARED_GSM8K_DIR = SHARED_DIR / "data" / "gsm8k"
 
 # The environment variable through which the launcher tells every worker its node's trace relay (the relay's URL).
 TRACE_RELAY_ENV = "GSM8K_RECIPE_TRACE_RELAY"
+# ... and the run's secret that the relay's clients present (a random token per launch; never on a command line).
+TRACE_RELAY_TOKEN_ENV = "GSM8K_RECIPE_TRACE_RELAY_TOKEN"
 # The trace relay's own route: its keeper and the workers ask it whether THIS node's relay answers.
 RELAY_HEALTH_PATH = "/trace_relay/health"
 

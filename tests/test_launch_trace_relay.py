@@ -33,6 +33,8 @@ MAIN_PPO_STAND_IN = """
 import os, signal, sys, time
 from recipes.tracing.relay_client import use_trace_relay
 assert use_trace_relay(), "no trace relay in main_ppo's environment"  # as each agent-loop worker does
+if os.environ.get("STAND_IN_TOKEN_FILE"):  # the key weave presents: the launch's token, handed down by the launcher
+    open(os.environ["STAND_IN_TOKEN_FILE"], "w").write(os.environ["WANDB_API_KEY"])
 import weave
 client = weave.init("launch-relay-test")
 
@@ -187,11 +189,19 @@ def test_stopping_training_stops_main_ppo_then_the_relay_sends_everything(prepar
 
 
 def test_air_gapped_launch_keeps_traces_and_prints_the_upload_command(prepared_data_dir, tmp_path):
-    env = launch_env(tmp_path, DATA_DIR=str(prepared_data_dir), TRACE_RELAY="offline", WANDB_ENTITY="loopback-entity")
+    """Also: the launch's token reached main_ppo's processes, which traced with it, and was written nowhere else."""
+    token_seen = tmp_path / "token_seen_by_main_ppo"
+    env = launch_env(tmp_path, DATA_DIR=str(prepared_data_dir), TRACE_RELAY="offline", WANDB_ENTITY="loopback-entity",
+                     STAND_IN_TOKEN_FILE=str(token_seen))
     proc = subprocess.run(["bash", str(REPO_ROOT / "scripts" / "run_gsm8k_grpo.sh")], env=env, capture_output=True,
                           text=True, timeout=300, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stderr  # no W&B key needed, nothing reached W&B, training succeeded
     spool = tmp_path / "run" / "trace_spool"
+    token = token_seen.read_text()
+    assert len(token) >= 40 and token not in proc.stdout + proc.stderr
+    assert not [p for p in (tmp_path / "run").rglob("*") if p.is_file() and token.encode() in p.read_bytes()]
+    assert oct(spool.stat().st_mode & 0o777) == "0o700"
+    assert oct((tmp_path / "run" / "trace_relay.log").stat().st_mode & 0o777) == "0o600"
     stopped = next(line for line in proc.stderr.splitlines() if line.startswith("[traces] trace relay on "))
     assert ": 0 trace records sent to W&B, " in stopped, stopped
     command = shlex.split(stopped.split("`")[1])  # the command the summary tells the user to run

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from recipes.constants import REPO_ROOT
+from recipes.constants import REPO_ROOT, TRACE_RELAY_TOKEN_ENV
 from recipes.results.eval_watch import pid_alive
 from testkit.threads import children, other_threads
 
@@ -27,7 +27,7 @@ pytestmark = pytest.mark.timeout(180)
 def start(tmp_path: Path, *argv: str) -> tuple[subprocess.Popen, Path]:
     url_file, log = tmp_path / "url", tmp_path / "out.log"
     env = {**os.environ, "WANDB_ERROR_REPORTING": "false", "WEAVE_USE_SERVER_CACHE": "false",
-           "PYTHONPATH": str(REPO_ROOT)}
+           "PYTHONPATH": str(REPO_ROOT), TRACE_RELAY_TOKEN_ENV: "signal-test-" + "t" * 32}  # a relay needs one
     with open(log, "wb") as out:
         process = subprocess.Popen([sys.executable, "-m", *argv, "--url-file", str(url_file)], env=env, stdout=out,
                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)

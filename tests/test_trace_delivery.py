@@ -18,7 +18,6 @@ import pytest
 from ray import cloudpickle
 
 from data_prep.gsm8k_rows import SourceRecord, build_row
-from recipes.constants import TRACE_RELAY_ENV
 from recipes.harness import agent_loop_inprocess as harness
 from recipes.harness.qwen_tokenizer import build_tiny_qwen2_model_dir, default_cache_dir, load_qwen25_tokenizer
 from recipes.harness.standins.scripted_llm import ScriptedLLM, tool_call
@@ -107,8 +106,8 @@ def run(repo_root, tmp_path_factory):
         # no key in relayed workers: the relay authenticates to W&B (weave would find no netrc entry for it)
         workers = SimpleNamespace(
             direct=start_worker(direct_wandb.env),
-            relayed=start_worker({TRACE_RELAY_ENV: online.url, "WANDB_ENTITY": flaky_wandb.entity}),
-            air_gapped=start_worker({TRACE_RELAY_ENV: offline.url, "WANDB_ENTITY": "loopback-entity"}))
+            relayed=start_worker({**online.client_env, "WANDB_ENTITY": flaky_wandb.entity}),
+            air_gapped=start_worker({**offline.client_env, "WANDB_ENTITY": "loopback-entity"}))
         yield SimpleNamespace(step=step, workers=workers, direct_wandb=direct_wandb, flaky_wandb=flaky_wandb,
                               online=online, offline=offline)
     ray.shutdown()

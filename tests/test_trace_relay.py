@@ -10,13 +10,14 @@ import time
 
 import pytest
 
-from recipes.constants import TRACE_RELAY_ENV
+from recipes.constants import TRACE_RELAY_ENV, TRACE_RELAY_TOKEN_ENV
 from recipes.harness.standins.weave_http_server import API_KEY, loopback_wandb
 from recipes.trace_relay.relay import TraceRelay
 from recipes.trace_relay.spool import Record, Spool, SpoolBusy
 from recipes.trace_relay.upstream import Upstream
 from recipes.tracing.relay_client import use_trace_relay
 
+TOKEN = "relay-test-token-" + "t" * 24  # the launch's secret, as the relay and its clients get it
 CLIENT = """
 import os, sys
 from recipes.tracing.relay_client import use_trace_relay
@@ -37,7 +38,8 @@ os._exit(0)  # an actor torn down: no atexit
 
 def run_client(repo_root, relay_url: str, calls: int) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB", "WF_"))}
-    env.update({TRACE_RELAY_ENV: relay_url, "WANDB_ENTITY": "loopback-entity", "PYTHONPATH": str(repo_root),
+    env.update({TRACE_RELAY_ENV: relay_url, TRACE_RELAY_TOKEN_ENV: TOKEN, "WANDB_ENTITY": "loopback-entity",
+                "PYTHONPATH": str(repo_root),
                 "WEAVE_PRINT_CALL_LINK": "false"})
     return subprocess.run([sys.executable, "-c", CLIENT, str(calls)], env=env, capture_output=True, text=True,
                           timeout=180, cwd=repo_root)
@@ -76,7 +78,7 @@ def test_tracing_through_the_relay_while_wandb_is_down_at_init(repo_root, tmp_pa
     with loopback_wandb() as wandb:
         wandb.stop()
         relay = TraceRelay(tmp_path / "spool", Upstream(wandb.url, wandb.url + "/traces", API_KEY),
-                           max_retry_interval_s=1).start()
+                           token=TOKEN, max_retry_interval_s=1).start()
         try:
             client = run_client(repo_root, relay.url, calls=40)
             assert client.returncode == 0, client.stderr
@@ -136,16 +138,21 @@ def test_a_worker_that_does_not_reach_the_relay_traces_straight_to_wandb(tmp_pat
     monkeypatch.setattr(init_message, "_print_version_check", init_message._print_version_check)
     monkeypatch.setattr(init_message, "print_init_message", init_message.print_init_message)
     monkeypatch.setenv("WANDB_BASE_URL", "https://wandb.example")
+    monkeypatch.setenv(TRACE_RELAY_TOKEN_ENV, TOKEN)
     with loopback_wandb() as not_a_relay:
         for url in (f"http://127.0.0.1:{free_port}", not_a_relay.url):
             monkeypatch.setenv(TRACE_RELAY_ENV, url)
             assert use_trace_relay() is None
             assert os.environ["WANDB_BASE_URL"] == "https://wandb.example"
             assert f"Trace relay {url} does not answer from this process's node" in caplog.text
-    relay = TraceRelay(tmp_path / "spool", None, entity="loopback-entity").start()
+    relay = TraceRelay(tmp_path / "spool", None, token=TOKEN, entity="loopback-entity").start()
     try:
         monkeypatch.setenv(TRACE_RELAY_ENV, relay.url)
+        monkeypatch.delenv(TRACE_RELAY_TOKEN_ENV)  # a relay without the run's token to present: not used
+        assert use_trace_relay() is None and "came without the run's token" in caplog.text
+        monkeypatch.setenv(TRACE_RELAY_TOKEN_ENV, TOKEN)
         assert use_trace_relay() == relay.url and os.environ["WANDB_BASE_URL"] == relay.url
+        assert os.environ["WANDB_API_KEY"] == TOKEN  # what weave presents to the relay: never the W&B key
     finally:
         relay.stop(drain_timeout_s=1)
 
@@ -160,13 +167,15 @@ def test_a_repeated_call_write_is_answered_but_kept_once(tmp_path):
                            "2024-01-01T00:00:00Z", "ended_at": "2024-01-01T00:00:01Z", "inputs": {}, "output": 1}
                           for i in ids]}
 
-    relay = TraceRelay(tmp_path / "spool", None, entity="e").start()
+    relay = TraceRelay(tmp_path / "spool", None, token=TOKEN, entity="e").start()
     try:
         url = relay.url + "/traces/v2/e/p/calls/complete"
-        answers = [httpx.post(url, json=body) for body in (batch("a", "b"), batch("a", "b"), batch("b", "c"))]
+        answers = [httpx.post(url, json=body, auth=("api", TOKEN))
+                   for body in (batch("a", "b"), batch("a", "b"), batch("b", "c"))]
         start = {"start": {"project_id": "e/p", "id": "d", "trace_id": "t", "op_name": "op",
                            "started_at": "2024-01-01T00:00:00Z", "inputs": {}}}
-        answers += [httpx.post(relay.url + "/traces/v2/e/p/call/start", json=start) for _ in range(2)]
+        answers += [httpx.post(relay.url + "/traces/v2/e/p/call/start", json=start, auth=("api", TOKEN))
+                    for _ in range(2)]
         kept = [json.loads(r.body) for r in relay.spool.pending()]
     finally:
         relay.stop(drain_timeout_s=1)
@@ -191,12 +200,12 @@ def test_what_wandb_receives_weighs_what_the_client_sent_and_the_relay_counts_it
     with loopback_wandb() as wandb:
         wandb.stop()
         relay = TraceRelay(tmp_path / "spool", Upstream(wandb.url, wandb.url + "/traces", API_KEY),
-                           max_retry_interval_s=1).start()
+                           token=TOKEN, max_retry_interval_s=1).start()
         try:
             posted = [body(i) for i in range(3)]
             for content in posted:
                 answer = httpx.post(relay.url + "/traces/v2/loopback-entity/p/calls/complete", content=content,
-                                    headers={"content-type": "application/json"})
+                                    headers={"content-type": "application/json"}, auth=("api", TOKEN))
                 assert answer.status_code == 200
             wandb.start()
             assert wait_until(lambda: relay.spool.pending_count == 0)

@@ -97,15 +97,18 @@ def node_ports(ports: Ports, head: bool) -> list[str]:
     return flags
 
 
-def start(directory: Path, nodes: int, cpus: int, gpus: int) -> dict:
+def start(directory: Path, nodes: int, cpus: int, gpus: int, auth: dict[str, str] | None = None) -> dict:
+    """`auth`: Ray's authentication settings for the nodes and their drivers (RAY_AUTH_MODE, RAY_AUTH_TOKEN_PATH)
+    instead of what this machine's token file implies."""
     directory.mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # cpu_env.sh's `local` is for one node
-    env.update(RAY_USAGE_STATS_ENABLED="0", PATH=f"{Path(sys.executable).parent}:{env.get('PATH', '')}", **driver_env())
+    drivers = driver_env() if auth is None else dict(auth)
+    env.update(RAY_USAGE_STATS_ENABLED="0", PATH=f"{Path(sys.executable).parent}:{env.get('PATH', '')}", **drivers)
     ports = Ports()
     gcs, dashboard = ports.single(), ports.single()
     temp_dirs = [tempfile.mkdtemp(prefix="rn", dir="/tmp") for _ in range(nodes)]  # short: socket paths live there
     state = {"gcs": f"127.0.0.1:{gcs}", "dashboard": f"http://127.0.0.1:{dashboard}", "temp_dirs": temp_dirs,
-             "nodes": nodes, "env": driver_env()}
+             "nodes": nodes, "env": drivers}
     _write(directory / STATE, state)  # before anything runs: `stop` finds what a failed start left
     common = ["--node-ip-address=127.0.0.1", f"--num-cpus={cpus}", f"--num-gpus={gpus}", "--disable-usage-stats"]
     for index, temp_dir in enumerate(temp_dirs):

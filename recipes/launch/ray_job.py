@@ -23,6 +23,7 @@ import shutil
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 import yaml
@@ -38,6 +39,8 @@ FORWARDED_PREFIXES = ("WANDB_", "WEAVE_", "WF_", "HF_")
 SECRET_NAMES = frozenset({"WANDB_API_KEY", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"})
 ENTRYPOINT = "python3 -m recipes.launch --job"  # from Ray's copy of the repo, its working dir
 LAUNCH_ENV = "GSM8K_RECIPE_LAUNCH"  # JSON: the submitting launcher's knobs and main_ppo's overrides
+# ray/dashboard/http_server_head.py: public (no token needed), answers {"authentication_mode": "token" | "disabled"}
+AUTH_MODE_PATH = "/api/authentication_mode"
 NO_AGENT_YET = "No available agent to submit job"  # ray/dashboard/modules/job/job_head.py, a head just started
 AGENT_WAIT_S = 120
 
@@ -159,6 +162,27 @@ def connect(address: str):
     return JobSubmissionClient(address)
 
 
+def cluster_auth_mode(address: str, timeout_s: float = 10.0) -> str | None:
+    """The cluster's Ray authentication mode as its dashboard says ("token", "disabled"); None when it cannot say."""
+    if not address.startswith(("http://", "https://")):
+        return None
+    try:
+        with urllib.request.urlopen(address.rstrip("/") + AUTH_MODE_PATH, timeout=timeout_s) as answer:
+            return json.load(answer).get("authentication_mode")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def warn_if_open(address: str, out=None) -> bool:
+    """One line when the cluster at `address` runs without authentication; whether it does."""
+    if cluster_auth_mode(address) != "disabled":
+        return False
+    print(f"warning: the Ray cluster at {address} runs without authentication: whoever reaches its ports runs code "
+          "there as you and reads the W&B key this job ships; start it with RAY_AUTH_MODE=token "
+          "(docs/multi-node.md#a-closed-cluster)", file=out or sys.stderr, flush=True)
+    return True
+
+
 async def _follow(client, job_id: str) -> None:
     async for lines in client.tail_job_logs(job_id):
         print(lines, end="", flush=True)
@@ -168,6 +192,7 @@ def submit_and_follow(address: str, payload: str, environ: dict[str, str], follo
     """Submit the launch to the cluster at `address` and stream its logs until it ends; the job's outcome."""
     from ray.job_submission import JobStatus
 
+    warn_if_open(address)
     client = connect(address)
     job_id = submit(client, payload, environ, submission_id=f"gsm8k-grpo-{int(time.time())}")
     print(f"[submit] job {job_id} submitted to {address}; stop it with: ray job stop {job_id} --address {address}",

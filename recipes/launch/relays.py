@@ -5,10 +5,14 @@
     ... run main_ppo with relays.env ...
     for summary in relays.stop(): print(summary.line())
 
-One node (main_ppo starts its own Ray): the launcher keeps that node's relay itself (recipes/trace_relay/keeper.py)
-and hands its URL down to main_ppo's processes (TRACE_RELAY_ENV). A Ray cluster (a Ray job, or RAY_ADDRESS): a
-keeper actor on every node (recipes/trace_relay/on_ray.py), found by the workers by name; this process must be
-connected to the cluster. Either way each relay spools to its own node's disk and is replaced when it dies or
+Each launch makes a token of its own (secrets.token_urlsafe): its relays answer only the clients that present it
+(recipes/trace_relay/access.py). It is handed over in environments and Ray's calls, never on a command line, in a
+file or in a plan. One node (main_ppo starts its own Ray): the launcher keeps that node's relay itself
+(recipes/trace_relay/keeper.py, the token in the relay's environment) and hands its URL and the token down to
+main_ppo's processes (TRACE_RELAY_ENV, TRACE_RELAY_TOKEN_ENV), whose Ray workers inherit them. A Ray cluster (a Ray
+job, or RAY_ADDRESS): a keeper actor on every node (recipes/trace_relay/on_ray.py, the token its constructor's
+argument), which the workers find by name and ask for the URL and the token; this process must be connected to the
+cluster. Either way each relay spools to its own node's disk and is replaced when it dies or
 stops answering; stop() drains each and says, per node, what was sent and what is left with the upload command.
 """
 
@@ -16,12 +20,13 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import socket
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from recipes.constants import TRACE_RELAY_ENV
+from recipes.constants import TRACE_RELAY_ENV, TRACE_RELAY_TOKEN_ENV
 from recipes.launch.knobs import Knobs
 from recipes.trace_relay.keeper import HANG_AFTER_S, RelayKeeper
 from recipes.trace_relay.names import run_key
@@ -50,9 +55,9 @@ class RelayPlan:
     run: str = ""  # a cluster: the run key the workers find their node's relay by
     hang_after_s: float = HANG_AFTER_S
 
-    def settings(self) -> RelaySettings:
+    def settings(self, token: str = "") -> RelaySettings:
         return RelaySettings(spool_base=self.spool, offline=self.offline, entity=self.entity,
-                             hang_after_s=self.hang_after_s)
+                             hang_after_s=self.hang_after_s, token=token)
 
     def describe(self, python: str = "python3") -> str:
         """One line for DRY_RUN: where the relays run and the command each keeper runs."""
@@ -92,14 +97,20 @@ class Relays:
         raise NotImplementedError
 
 
+def new_token() -> str:
+    """The secret of one launch's relays and workers."""
+    return secrets.token_urlsafe(32)
+
+
 class LocalRelay(Relays):
     def __init__(self, plan: RelayPlan) -> None:
         self.plan = plan
+        self.token = new_token()
         Path(plan.spool).parent.mkdir(parents=True, exist_ok=True)
         if plan.log:
             Path(plan.log).parent.mkdir(parents=True, exist_ok=True)
         self.keeper = RelayKeeper(plan.settings().relay_argv(Path(plan.spool)), log=plan.log,
-                                  hang_after_s=plan.hang_after_s)
+                                  hang_after_s=plan.hang_after_s, env={TRACE_RELAY_TOKEN_ENV: self.token})
 
     def start(self, ready_timeout_s: float = LOCAL_READY_TIMEOUT_S) -> LocalRelay:
         try:
@@ -111,7 +122,7 @@ class LocalRelay(Relays):
             tail = Path(self.plan.log).read_text(errors="replace").splitlines()[-3:] if self.plan.log else []
             raise RelayStartError("the trace relay did not start (log: {}):\n{}\nTRACE_RELAY=off sends traces "
                                   "straight to W&B instead".format(self.plan.log, "\n".join(tail)))
-        self.env = {TRACE_RELAY_ENV: self.keeper.url}
+        self.env = {TRACE_RELAY_ENV: self.keeper.url, TRACE_RELAY_TOKEN_ENV: self.token}
         self.where = f"the trace relay {self.keeper.url} (spool {self.plan.spool}, log {self.plan.log})"
         return self
 
@@ -128,7 +139,7 @@ class ClusterRelays(Relays):
         from recipes.trace_relay.on_ray import ClusterRelays as OnRay
 
         self.plan = plan
-        self.on_ray = OnRay(plan.settings(), plan.run)
+        self.on_ray = OnRay(plan.settings(new_token()), plan.run)
 
     def start(self) -> ClusterRelays:
         try:

@@ -108,7 +108,7 @@ def run_training(launch: Launch, out=None) -> int:
     try:
         if launch.relay is not None:
             if launch.relay.cluster:
-                connected = _connect_to_cluster(launch)
+                connected = _connect_to_cluster(launch, out)
             relays = start_relays(launch.relay)
             print(f"[launch] Weave traces go through {relays.where}", file=out, flush=True)
         _start_watcher(launch, out)
@@ -163,17 +163,23 @@ def _wait(child: subprocess.Popen, stop: StopRequest) -> int:
             stop.check(child)
 
 
-def _connect_to_cluster(launch: Launch) -> bool:
-    """This process joins the cluster main_ppo will join, to hold a relay keeper on each node."""
+def _connect_to_cluster(launch: Launch, out) -> bool:
+    """This process joins the cluster main_ppo will join, to hold a relay keeper on each node (warning, in one line,
+    when the cluster runs without authentication)."""
     import ray
 
     from recipes.trace_relay.names import NAMESPACE
 
     try:
-        ray.init(address=launch.ray_address or None, namespace=NAMESPACE, log_to_driver=True)
+        context = ray.init(address=launch.ray_address or None, namespace=NAMESPACE, log_to_driver=True)
     except Exception as err:  # main_ppo would not get in either
         raise RelayStartError(f"cannot join the Ray cluster at {launch.ray_address or 'RAY_ADDRESS'} to start a "
                               f"trace relay on each node: {type(err).__name__}: {err}") from err
+    dashboard = getattr(context, "dashboard_url", None)
+    if dashboard and not launch.job:  # a job's submitter said it already
+        from recipes.launch.ray_job import warn_if_open
+
+        warn_if_open(dashboard if "://" in dashboard else f"http://{dashboard}", out)
     return True
 
 

@@ -1,15 +1,19 @@
 """Command line of the node-local trace relay.
 
+    GSM8K_RECIPE_TRACE_RELAY_TOKEN=<secret> \
     python -m recipes.trace_relay serve --spool DIR [--port 0] [--host 127.0.0.1] [--upstream URL | --offline]
                                         [--entity E] [--url-file FILE] [--drain-timeout S] [--max-retry-interval S]
     python -m recipes.trace_relay status --spool DIR
     python -m recipes.trace_relay upload --spool DIR [--upstream URL] [--timeout S]   (= scripts/upload_traces.py)
 
-serve: prints (and writes to --url-file) the URL to export as GSM8K_RECIPE_TRACE_RELAY, runs until SIGTERM or
-SIGINT, then sends what is pending for up to --drain-timeout and prints how many records were sent and are
-pending. Exit status 0 when nothing is left, 3 when records stay in the spool for a later upload. A relay that
-dies, or answers no health check for --hang-after seconds, is replaced on the same address, which stays open
-meanwhile (recipes/trace_relay/keeper.py).
+serve: answers only clients that present the token in GSM8K_RECIPE_TRACE_RELAY_TOKEN (weave sends it as its API key;
+the launcher makes one per launch and hands it to the relays and the workers, never on a command line), for the
+requests weave's client makes (recipes/trace_relay/access.py), within recipes/trace_relay/limits.py; on 127.0.0.1
+unless told otherwise (--host, --allow-remote). It prints (and writes to --url-file) the URL to export as
+GSM8K_RECIPE_TRACE_RELAY, runs until SIGTERM or SIGINT, then sends what is pending for up to --drain-timeout and
+prints how many records were sent and are pending. Exit status 0 when nothing is left, 3 when records stay in the
+spool for a later upload. A relay that dies, or answers no health check for --hang-after seconds, is replaced on the
+same address, which stays open meanwhile (recipes/trace_relay/keeper.py).
 upload: sends a spool (e.g. copied from an air-gapped cluster) to W&B; running it again sends nothing twice.
 Exit status 0 when everything is sent, 1 otherwise. W&B is WANDB_BASE_URL (default https://api.wandb.ai), with
 WANDB_API_KEY or the netrc entry for that host.
@@ -18,6 +22,7 @@ WANDB_API_KEY or the netrc entry for that host.
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import logging
 import os
 import signal
@@ -26,7 +31,9 @@ import threading
 import time
 from pathlib import Path
 
-from recipes.trace_relay.keeper import HANG_AFTER_S
+from recipes.constants import TRACE_RELAY_TOKEN_ENV
+from recipes.trace_relay import limits
+from recipes.trace_relay.keeper import HANG_AFTER_S, NOT_STARTED_EXIT
 
 PENDING_EXIT = 3
 
@@ -38,7 +45,23 @@ def main(argv: list[str] | None = None, upload_help: dict | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="run the relay")
     serve.add_argument("--spool", required=True, type=Path)
-    serve.add_argument("--host", default="127.0.0.1", help="0.0.0.0 or this node's IP to serve other nodes")
+    serve.add_argument("--host", default="127.0.0.1",
+                       help="address to listen on (default 127.0.0.1: this node's processes only). Any other address "
+                            "(this node's IP, 0.0.0.0) serves other nodes too, in plain HTTP: the token and the traces "
+                            "cross the network readable by anyone on its path, and whoever holds the token writes "
+                            "traces to W&B, and makes weave's reads there, with this relay's W&B key. Needs "
+                            "--allow-remote; firewall the port to the run's nodes")
+    serve.add_argument("--allow-remote", action="store_true",
+                       help="serve a --host other than loopback (see --host for what that exposes)")
+    serve.add_argument("--max-body-mb", type=float, default=limits.MAX_BODY_BYTES / 2 ** 20,
+                       help="larger request bodies are refused (413) before they are read (MiB)")
+    serve.add_argument("--max-connections", type=int, default=limits.MAX_CONNECTIONS,
+                       help="connections served at once; one more is answered 503")
+    serve.add_argument("--client-timeout", type=float, default=limits.CLIENT_TIMEOUT_S,
+                       help="a client silent this long, or that takes longer to send one request, is cut off (s)")
+    serve.add_argument("--min-free-mb", type=float, default=limits.MIN_FREE_BYTES / 2 ** 20,
+                       help="free space the spool's disk keeps: below it new records are refused (503, the client "
+                            "retries) (MiB)")
     serve.add_argument("--port", type=int, default=0, help="0: any free port (see --url-file)")
     serve.add_argument("--offline", action="store_true", help="keep everything on disk, send nothing")
     serve.add_argument("--entity", default=os.environ.get("WANDB_ENTITY") or None,
@@ -72,12 +95,33 @@ def main(argv: list[str] | None = None, upload_help: dict | None = None) -> int:
     os.environ["WANDB_ERROR_REPORTING"] = "false"
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per forwarded request otherwise
+    if args.command == "serve":
+        refusal = _open_to_anyone(args)
+        if refusal:
+            print(f"error: trace relay not started: {refusal}", file=sys.stderr)
+            return NOT_STARTED_EXIT
     if args.command == "serve" and args.listen_fd is None:
         from recipes.trace_relay.keeper import supervise
 
         argv = sys.argv[1:] if argv is None else argv
         return supervise(argv[1:], args.host, args.port, args.max_restarts, args.restart_delay, args.hang_after)
     return {"serve": _serve, "status": _status, "upload": upload_spool}[args.command](args)
+
+
+def _open_to_anyone(args) -> str | None:
+    """Why this relay would serve clients it cannot tell apart, or None."""
+    if not os.environ.get(TRACE_RELAY_TOKEN_ENV):
+        return (f"no token: set {TRACE_RELAY_TOKEN_ENV} to a secret its clients present (the launcher makes one per "
+                f"launch; by hand: `export {TRACE_RELAY_TOKEN_ENV}=$(python3 -c 'import secrets; "
+                "print(secrets.token_urlsafe(32))')` for the relay and its clients)")
+    try:
+        loopback = args.host == "localhost" or ipaddress.ip_address(args.host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback and not args.allow_remote:
+        return (f"--host {args.host} serves other machines, in plain HTTP (see --help for what that exposes): "
+                "add --allow-remote to mean it, or keep the default 127.0.0.1")
+    return None
 
 
 def _serve(args) -> int:
@@ -93,7 +137,7 @@ def _serve(args) -> int:
     if args.offline and not args.entity:
         print("error: --offline needs the W&B entity the traces will be uploaded to: --entity E or WANDB_ENTITY=E",
               file=sys.stderr)
-        return 2
+        return NOT_STARTED_EXIT
     stop = threading.Event()  # handlers first: a SIGTERM as soon as the URL is out still drains
     orphaned = threading.Event()  # SIGHUP: its keeper died; exit at once, the next keeper's relay sends the spool
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -108,13 +152,16 @@ def _serve(args) -> int:
         listening = socket.socket(fileno=args.listen_fd)
     try:
         upstream = None if args.offline else Upstream.from_env(args.upstream, args.upstream_trace)
-        relay = TraceRelay(args.spool, upstream, entity=args.entity, host=args.host, port=args.port,
-                           max_retry_interval_s=args.max_retry_interval, listening=listening,
-                           lock_wait_s=args.lock_wait).start()
+        relay = TraceRelay(args.spool, upstream, token=os.environ[TRACE_RELAY_TOKEN_ENV], entity=args.entity,
+                           host=args.host, port=args.port, max_retry_interval_s=args.max_retry_interval,
+                           listening=listening, lock_wait_s=args.lock_wait,
+                           limits=limits.Limits(int(args.max_body_mb * 2 ** 20), args.client_timeout,
+                                                args.max_connections),
+                           min_free_bytes=int(args.min_free_mb * 2 ** 20)).start()
     except (UpstreamRefused, SpoolBusy, OSError) as err:
         print(f"error: trace relay not started: {err}", file=sys.stderr)
-        return 2
-    if args.url_file:
+        return NOT_STARTED_EXIT
+    if args.url_file:  # the URL only: the token never goes into a file
         tmp = args.url_file.with_name(args.url_file.name + ".tmp")
         tmp.write_text(relay.url + "\n")
         os.replace(tmp, args.url_file)
@@ -149,7 +196,7 @@ def upload_spool(args) -> int:
     try:
         upstream = Upstream.from_env(args.upstream, args.upstream_trace)
         spool = Spool(args.spool).acquire()
-    except (UpstreamRefused, SpoolBusy) as err:
+    except (UpstreamRefused, SpoolBusy, OSError) as err:  # OSError: e.g. a spool of another user's
         print(f"error: {err}", file=sys.stderr)
         return 1
     before = spool.sent_count

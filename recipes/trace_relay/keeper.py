@@ -21,7 +21,7 @@ status is the keeper's.
 
 Used in three places: `python -m recipes.trace_relay serve` (supervise(), below), the launcher for the node it runs
 on (recipes/launch/relays.py), and one Ray actor per node of a cluster (recipes/trace_relay/on_ray.py). Only the
-standard library here: a keeper never imports weave.
+standard library here (and the spool's file helpers): a keeper never imports weave.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from pathlib import Path
 
 from recipes.constants import RELAY_HEALTH_PATH
 from recipes.signals import wait_for_event
+from recipes.trace_relay.spool import open_private
 
 logger = logging.getLogger(__name__)
 
@@ -60,8 +61,10 @@ class RelayKeeper:
 
     def __init__(self, relay_argv: list[str], host: str = "127.0.0.1", port: int = 0, *, log: Path | None = None,
                  max_restarts: int = 5, first_delay_s: float = 1.0, hang_after_s: float = HANG_AFTER_S,
-                 probe_every_s: float = PROBE_EVERY_S, startup_grace_s: float = STARTUP_GRACE_S) -> None:
+                 probe_every_s: float = PROBE_EVERY_S, startup_grace_s: float = STARTUP_GRACE_S,
+                 env: dict[str, str] | None = None) -> None:
         self.relay_argv = list(relay_argv)
+        self.env = dict(env or {})  # added to each relay's environment: the run's token, never on a command line
         self.host, self.port = host, port
         self.log = Path(log) if log else None
         self.max_restarts, self.first_delay_s = max_restarts, first_delay_s
@@ -162,9 +165,10 @@ class RelayKeeper:
 
     def _spawn(self) -> subprocess.Popen:
         fd = self._listening.fileno()
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [_RECIPES_ROOT,
-                                                                          os.environ.get("PYTHONPATH")]))}
-        out = open(self.log, "ab") if self.log else None  # the relay holds its own copy; closed below
+        env = {**os.environ, **self.env, "PYTHONPATH": os.pathsep.join(filter(None, [_RECIPES_ROOT,
+                                                                                     os.environ.get("PYTHONPATH")]))}
+        # the relay holds its own copy; closed below
+        out = os.fdopen(open_private(self.log, os.O_WRONLY | os.O_APPEND), "ab") if self.log else None
         try:
             # its own session: a Ctrl-C meant for training never reaches it before the workers' last flush
             relay = subprocess.Popen([sys.executable, "-m", RELAY_MODULE, "serve", *self.relay_argv,

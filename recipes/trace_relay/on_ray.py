@@ -7,8 +7,11 @@ there or nowhere; Ray starts it again there if it dies: max_restarts=-1). Each k
 its node and keeps a relay process serving it (recipes/trace_relay/keeper.py: replaced when it dies or stops
 answering), spooling to that node's disk, under `spool_base/<node>`. An agent-loop worker asks for the keeper of
 its own node by name (`<run>/<node id>`, namespace NAMESPACE; `run` is derived from the config every worker gets)
-and points its weave client at the URL it answers (recipes.tracing.relay_client.use_trace_relay). A keeper started
-again by Ray
+and points its weave client at the URL, with the run's token, that the keeper answers
+(recipes.tracing.relay_client.use_trace_relay). The token (RelaySettings.token, made by the launcher for this
+launch) travels as the keepers' constructor argument and their answer to the workers, inside the cluster: whoever can
+reach Ray's own ports can read it, as they can run any code there (docs/multi-node.md: a closed cluster). Each
+keeper hands it to its relay in the environment, never on a command line. A keeper started again by Ray
 binds the same port (kept in its spool folder), so workers keep their URL. The launcher also asks each keeper how
 it is every WATCH_EVERY_S: one that does not answer in KEEPER_ANSWER_S (stopped, deadlocked) is killed and Ray
 starts it again; a node that joins later gets its keeper then. At the end `stop()` drains every node's relay and
@@ -28,8 +31,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from recipes.constants import TRACE_RELAY_TOKEN_ENV
 from recipes.trace_relay.keeper import HANG_AFTER_S, RelayKeeper
 from recipes.trace_relay.names import KEEPER_ANSWER_S, NAMESPACE, keeper_name, node_label
+from recipes.trace_relay.spool import open_private, private_dir
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +52,7 @@ class RelaySettings:
     entity: str | None = None
     drain_timeout_s: float = 120.0
     hang_after_s: float = HANG_AFTER_S
+    token: str = field(default="", repr=False)  # the run's secret: the relays' environment, never their argv
 
     def relay_argv(self, spool: Path) -> list[str]:
         argv = ["--spool", str(spool), "--drain-timeout", str(self.drain_timeout_s)]
@@ -108,15 +114,15 @@ class NodeRelayKeeper:
         node_id = context.get_node_id()
         ip = ray.util.get_node_ip_address()
         self.node = node_label(node_id, ip)
-        self.spool = Path(settings.spool_base) / self.node
-        self.spool.mkdir(parents=True, exist_ok=True)
+        self.spool = private_dir(Path(settings.spool_base) / self.node)
         state = self.spool / STATE_FILE
         previous = _read_json(state)
         port = previous["port"] if previous.get("run") == run else 0  # Ray started this keeper again: same URL
         log = self.spool / "relay.log"
         _log_to_file(log)
         self.keeper = RelayKeeper(settings.relay_argv(self.spool), port=port, log=log,
-                                  hang_after_s=settings.hang_after_s)
+                                  hang_after_s=settings.hang_after_s, env={TRACE_RELAY_TOKEN_ENV: settings.token})
+        self.token = settings.token
         try:
             self.keeper.start()
         except OSError:
@@ -132,6 +138,10 @@ class NodeRelayKeeper:
 
     def url(self) -> str:
         return self.keeper.url
+
+    def connection(self) -> tuple[str, str]:
+        """What a worker of this node needs to trace through its relay: the URL and the run's token."""
+        return self.keeper.url, self.token
 
     def wait_ready(self, timeout_s: float) -> bool:
         return self.keeper.wait_ready(timeout_s)
@@ -262,7 +272,8 @@ def _read_json(path: Path) -> dict:
 
 def _write_json(path: Path, value: dict) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(value))
+    with os.fdopen(open_private(tmp, os.O_WRONLY | os.O_TRUNC), "w") as handle:
+        handle.write(json.dumps(value))
     os.replace(tmp, path)
 
 
@@ -274,6 +285,7 @@ def _log_to_stderr() -> None:
 
 def _log_to_file(path: Path) -> None:
     """The keeper's lines (replacements) go to the relay's log on the node too, beside what the relay says."""
+    os.close(open_private(path, os.O_WRONLY | os.O_APPEND))  # created private before the handler opens it
     handler = logging.FileHandler(path)
     handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
     logging.getLogger("recipes.trace_relay").addHandler(handler)

@@ -33,11 +33,11 @@ TRACE_PREFIX = "/traces"
 GRAPHQL_PATH = "/graphql"
 SERVER_INFO_ROUTE = "/server_info"
 
-_WRITE_ROUTES = frozenset({
+WRITE_ROUTES = frozenset({
     "/obj/create", "/file/create", "/table/create", "/call/start", "/call/end", "/call/upsert_batch",
     "/call/update", "/feedback/create", "/feedback/batch/create",
 })
-_V2_CALL_WRITE = re.compile(r"/v2/(?P<entity>[^/]+)/(?P<project>[^/]+)/(?P<what>calls/complete|call/start|call/end)")
+V2_CALL_WRITE = re.compile(r"/v2/(?P<entity>[^/]+)/(?P<project>[^/]+)/(?P<what>calls/complete|call/start|call/end)")
 CALLS_COMPLETE = re.compile(r"/v2/[^/]+/[^/]+/calls/complete")
 
 
@@ -48,7 +48,7 @@ def trace_route(path: str) -> str:
 
 
 def is_write(method: str, route: str) -> bool:
-    return method == "POST" and (route in _WRITE_ROUTES or _V2_CALL_WRITE.fullmatch(route) is not None)
+    return method == "POST" and (route in WRITE_ROUTES or V2_CALL_WRITE.fullmatch(route) is not None)
 
 
 @dataclass
@@ -72,7 +72,7 @@ def answer_write(route: str, content_type: str, body: bytes, ref_converter=None)
         return LocalAnswer({"digest": digest}, body, _text(fields.get("project_id")), digest)
 
     req = json.loads(body) if body else {}
-    v2 = _V2_CALL_WRITE.fullmatch(route)
+    v2 = V2_CALL_WRITE.fullmatch(route)
     if v2:
         project_id = f"{v2['entity']}/{v2['project']}"
         if v2["what"] == "call/start":

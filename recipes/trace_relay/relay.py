@@ -1,10 +1,13 @@
 """The relay: what weave's clients on this node talk to instead of W&B.
 
-Trace writes go to the spool (fsynced) and are answered at once, so a client's flush empties its queue in
-milliseconds and weave never gets the chance to drop a batch. A background thread forwards the spool to
-W&B in order, retrying without limit. weave.init's own requests (/server_info, GraphQL) go to W&B when it
-answers, else are answered here, so a worker started during an outage (or on an air-gapped cluster) traces
-to disk. Other requests (reads) pass through to W&B, and fail while it is unreachable.
+Only the run's clients, for what weave's client makes (recipes/trace_relay/access.py: the run's token, an allow-list
+of routes and of weave.init's GraphQL); everything else gets a 4xx, each reason logged once. Trace writes go to the
+spool (fsynced) and are answered at once, so a client's flush empties its queue in milliseconds and weave never gets
+the chance to drop a batch; a spool that cannot take one (a full disk) answers 503 and weave sends it again. A
+background thread forwards the spool to W&B in order, retrying without limit. weave.init's own requests
+(/server_info, GraphQL) go to W&B when it answers, else are answered here, so a worker started during an outage (or
+on an air-gapped cluster) traces to disk. The few reads weave makes pass through to W&B, and fail while it is
+unreachable. What one client may cost (body size, time, connections, disk): recipes/trace_relay/limits.py.
 """
 
 from __future__ import annotations
@@ -12,13 +15,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import Counter
 
 import httpx
 
-from recipes.trace_relay import protocol
-from recipes.trace_relay.http import LoopbackHTTPServer, Request, Response
+from recipes.trace_relay import access, protocol
+from recipes.trace_relay.http import LoopbackHTTPServer, Request, Response, refusal
+from recipes.trace_relay.limits import MIN_FREE_BYTES, Limits
 from recipes.trace_relay.repeats import RepeatFilter
-from recipes.trace_relay.spool import Record, Spool, Summary
+from recipes.trace_relay.spool import Record, Spool, SpoolRefused, Summary
 from recipes.trace_relay.upstream import Forwarder, Upstream, UpstreamDown, UpstreamRefused
 
 logger = logging.getLogger(__name__)
@@ -27,12 +32,19 @@ logger = logging.getLogger(__name__)
 _KEPT_HEADERS = ("x-weave-client-capabilities", "x-weave-trace-id", "user-agent")
 INIT_REQUEST_TIMEOUT_S = 10.0  # weave.init waits on these; past this the relay answers itself
 ASSUME_DOWN_FOR_S = 30.0  # after a failure, answer init requests here without trying W&B first
+SPOOL_RETRY_AFTER_S = 5  # what a client that found the spool full is told to wait
 
 
 class TraceRelay:
-    def __init__(self, spool_dir, upstream: Upstream | None, entity: str | None = None, host: str = "127.0.0.1",
-                 port: int = 0, max_retry_interval_s: float = 30.0, listening=None, lock_wait_s: float = 0.0) -> None:
-        self.spool = Spool(spool_dir).acquire(lock_wait_s)
+    """`token`: the run's secret its clients present (access.py); `limits`, `min_free_bytes`: limits.py."""
+
+    def __init__(self, spool_dir, upstream: Upstream | None, *, token: str, entity: str | None = None,
+                 host: str = "127.0.0.1", port: int = 0, max_retry_interval_s: float = 30.0, listening=None,
+                 lock_wait_s: float = 0.0, limits: Limits | None = None, min_free_bytes: int = MIN_FREE_BYTES) -> None:
+        if not token:
+            raise ValueError("a trace relay needs the token its clients present")
+        self.token = token
+        self.spool = Spool(spool_dir, min_free_bytes=min_free_bytes).acquire(lock_wait_s)
         self.max_retry_interval_s = max_retry_interval_s
         self.upstream = upstream
         self.entity = entity
@@ -41,7 +53,10 @@ class TraceRelay:
         # their answer sends them again, and they must not be kept twice
         self.repeats = RepeatFilter.seeded(self.spool.iter_newest_segment())
         self._write_lock = threading.Lock()  # a repeat is recognised only once the first copy is durable
-        self.http = LoopbackHTTPServer(self, host, port, listening)  # listening: a socket bound by a supervisor
+        # listening: a socket bound by a supervisor
+        self.http = LoopbackHTTPServer(self, host, port, listening, limits or Limits())
+        self.refusals: Counter[str] = Counter()  # reason -> requests refused for it
+        self._refusals_lock = threading.Lock()
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -70,47 +85,86 @@ class TraceRelay:
         if self.forwarder is not None and self.spool.pending_count:
             error = self.forwarder.drain(time.monotonic() + drain_timeout_s)
         rejected = self.forwarder.rejected_total if self.forwarder else 0
+        if self.refusals:
+            logger.warning("trace relay: refused %d request(s) in all: %s", sum(self.refusals.values()),
+                           "; ".join(f"{count} x {reason}" for reason, count in self.refusals.most_common()))
         summary = Summary(self.spool.sent_count - rejected, self.spool.pending_count, rejected,
                           error or self.last_error, self.spool.sent_bytes)
         self.spool.close()
         return summary
 
     # --- HTTP ---------------------------------------------------------------------------------------
+    def admit(self, request: Request) -> Response | None:
+        """Before a body is read: the run's clients only (but for the health probe), for what weave's client makes."""
+        kind = access.kind_of(request.method, request.path)
+        if kind == "health":
+            return None
+        if not access.token_matches(request.headers.get("authorization"), self.token):
+            return self._refuse(401, "no token, or not the run's", request,
+                                {"WWW-Authenticate": 'Basic realm="trace relay"'})
+        if kind is None:
+            return self._refuse(403, "not a request weave's client makes (route or method)", request)
+        return None
+
+    def refused(self, status: int, reason: str, request: Request | None) -> None:
+        """Logged the first time a reason comes up, counted after (the total at stop): no flood of lines."""
+        with self._refusals_lock:
+            first = not self.refusals[reason]
+            self.refusals[reason] += 1
+        if first:
+            what = f"{request.method} {request.path[:120]!r}" if request is not None else "a connection"
+            logger.warning("trace relay: refused %s: %d %s (further refusals for this reason are counted, not "
+                           "logged)", what, status, reason)
+
+    def _refuse(self, status: int, reason: str, request: Request, headers: dict[str, str] | None = None) -> Response:
+        self.refused(status, reason, request)
+        return refusal(status, reason, headers)
+
     def handle(self, request: Request) -> Response:
+        kind = access.kind_of(request.method, request.path)
         route = protocol.trace_route(request.path)
-        if request.path == protocol.RELAY_HEALTH_PATH:
+        if kind == "health":
             return Response.json({"trace_relay": True, "offline": self.upstream is None})
-        if request.path.split("?")[0] == protocol.GRAPHQL_PATH:
+        if kind == "graphql":
+            if not access.weave_graphql(request.body):
+                return self._refuse(403, "a GraphQL request weave.init does not send", request)
             return self._init_request(request, self._local_graphql)
-        if route == protocol.SERVER_INFO_ROUTE:
+        if kind == "server_info":
             return self._init_request(request, self._local_server_info)
-        if protocol.is_write(request.method, route):
+        if kind == "write":
             return self._spool_write(route, request)
-        return self._pass_through(request)
+        if kind == "read":
+            return self._pass_through(route, request)
+        return self._refuse(403, "not a request weave's client makes (route or method)", request)
 
     def _spool_write(self, route: str, request: Request) -> Response:
         ctype = request.headers.get("content-type", "application/json")
         try:
             local = protocol.answer_write(route, ctype, request.body)
-        except (ValueError, KeyError, TypeError) as err:  # W&B would refuse it too
+        except (ValueError, KeyError, TypeError, RecursionError) as err:  # W&B would refuse it too
             return Response.json({"reason": f"malformed {route} request: {err}"}, status=400)
-        with self._write_lock:
-            body = self.repeats.new_part(route, local.body)
-            if body is not None:
-                self.spool.append(Record(route=route, body=body, content_type=ctype,
-                                         headers={k: request.headers[k] for k in _KEPT_HEADERS
-                                                  if k in request.headers},
-                                         project_id=local.project_id, digest=local.digest,
-                                         row_digests=local.row_digests))
-                self.repeats.remember(route, body)
+        try:
+            with self._write_lock:
+                body = self.repeats.new_part(route, local.body)
+                if body is not None:
+                    self.spool.append(Record(route=route, body=body, content_type=ctype,
+                                             headers={k: request.headers[k] for k in _KEPT_HEADERS
+                                                      if k in request.headers},
+                                             project_id=local.project_id, digest=local.digest,
+                                             row_digests=local.row_digests))
+                    self.repeats.remember(route, body)
+        except SpoolRefused as err:  # nothing acknowledged that is not on disk: weave retries a 503
+            self.refused(503, "the spool cannot take records now (disk full, under its floor, or a failed write)",
+                         request)
+            return refusal(503, str(err), {"Retry-After": str(SPOOL_RETRY_AFTER_S)})
         self._wake.set()
         return Response.json(local.answer)
 
     def _init_request(self, request: Request, local_answer) -> Response:
         """Forward to W&B and remember its answer; when W&B is unreachable, answer from memory or locally."""
         if self.upstream is not None and not self._assumed_down():
-            url = (self.upstream.base_url + protocol.GRAPHQL_PATH if request.path.startswith(protocol.GRAPHQL_PATH)
-                   else self.upstream.trace_url_for(request.path))
+            url = (self.upstream.graphql_url if access.kind_of(request.method, request.path) == "graphql"
+                   else self.upstream.trace_url_for(protocol.SERVER_INFO_ROUTE))
             try:
                 answer = self.upstream.request(request.method, url, request.body, request.headers,
                                                timeout_s=INIT_REQUEST_TIMEOUT_S)
@@ -138,18 +192,18 @@ class TraceRelay:
             return
         try:
             payload = answer.json()
-        except ValueError:
+            if protocol.trace_route(request.path) == protocol.SERVER_INFO_ROUTE:
+                self.spool.write_json("server_info.json", payload)
+            elif isinstance(payload, dict) and (payload.get("data") or {}).get("viewer"):
+                self.spool.write_json("viewer.json", payload["data"])
+        except (ValueError, OSError):  # a copy for outages only: a full disk must not fail weave.init
             return
-        if protocol.trace_route(request.path) == protocol.SERVER_INFO_ROUTE:
-            self.spool.write_json("server_info.json", payload)
-        elif isinstance(payload, dict) and (payload.get("data") or {}).get("viewer"):
-            self.spool.write_json("viewer.json", payload["data"])
 
-    def _pass_through(self, request: Request) -> Response:
+    def _pass_through(self, route: str, request: Request) -> Response:
         if self.upstream is None or self._assumed_down():
             return Response.json({"reason": "W&B is unreachable from the trace relay: reads are not available"}, 503)
         try:
-            answer = self.upstream.request(request.method, self.upstream.trace_url_for(request.path), request.body,
+            answer = self.upstream.request(request.method, self.upstream.trace_url_for(route), request.body,
                                            request.headers)
         except UpstreamDown as err:
             self._mark_down(str(err))

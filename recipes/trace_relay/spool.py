@@ -5,7 +5,13 @@
     DIR/lock                      held (flock) by the one process that may send from this spool
 
 Fully sent segments are deleted. A record torn by a crash mid-append was never answered, so the client still
-held it; reading stops there. The directory can be copied to another machine and sent from there.
+held it; reading stops there. An append that fails part-way (a full disk, a file size limit) is cut back to the last
+whole record before the client hears 503 (it sends the record again), and a disk with less than `min_free_bytes` free
+takes no new record: whatever was acknowledged stays readable. The directory can be copied to another machine and
+sent from there.
+
+Private to its user, whatever the umask: the folders 0700, every file 0600 (traces hold prompts and answers). A spool
+folder that exists but belongs to another user, or is a symbolic link, is refused (a shared /var/tmp).
 """
 
 from __future__ import annotations
@@ -13,12 +19,16 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import stat
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from recipes.trace_relay.limits import MIN_FREE_BYTES
+
 SEGMENT_BYTES = 64 * 1024 * 1024
+PRIVATE_DIR, PRIVATE_FILE = 0o700, 0o600
 
 
 @dataclass(frozen=True, order=True)
@@ -71,12 +81,45 @@ class SpoolBusy(RuntimeError):
     pass
 
 
+class SpoolRefused(OSError):
+    """A record the spool did not keep (disk under its floor, a failed write rolled back): answer 503, the client
+    sends it again."""
+
+
+def private_dir(path: Path) -> Path:
+    """`path` as a folder of this user's only (created if missing, parents as usual); OSError if it is someone
+    else's or a symbolic link."""
+    path.mkdir(parents=True, exist_ok=True)
+    info = os.lstat(path)
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+        raise PermissionError(f"{path} is not a folder of this user's (a link, or another user's): choose another "
+                              "TRACE_SPOOL")
+    if stat.S_IMODE(info.st_mode) != PRIVATE_DIR:
+        os.chmod(path, PRIVATE_DIR)
+    return path
+
+
+def open_private(path: Path, flags: int) -> int:
+    """A file descriptor on `path`, created 0600 whatever the umask (an existing file made 0600 too)."""
+    fd = os.open(path, flags | os.O_CREAT | os.O_CLOEXEC, PRIVATE_FILE)
+    try:
+        os.fchmod(fd, PRIVATE_FILE)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
 class Spool:
-    def __init__(self, root: str | os.PathLike, segment_bytes: int = SEGMENT_BYTES) -> None:
+    def __init__(self, root: str | os.PathLike, segment_bytes: int = SEGMENT_BYTES,
+                 min_free_bytes: int = MIN_FREE_BYTES) -> None:
         self.root = Path(root)
         self.segments_dir = self.root / "segments"
-        self.segments_dir.mkdir(parents=True, exist_ok=True)
+        if not self.segments_dir.is_dir():
+            private_dir(self.root)
+            private_dir(self.segments_dir)
         self.segment_bytes = segment_bytes
+        self.min_free_bytes = min_free_bytes
         self._lock = threading.Lock()
         self._lock_file = None
         checkpoint = self._read_checkpoint()
@@ -86,13 +129,19 @@ class Spool:
         self.pending_count = sum(1 for _ in self._scan(self.sent_position, with_bodies=False))
         segments = self._segment_numbers()
         self._segment = segments[-1] if segments else max(1, self.sent_position.segment)
-        self._writer = None
+        self._writer: int | None = None  # the segment being appended to (a file descriptor)
+        self._torn_at: int | None = None  # where a failed append must be cut back to, if cutting failed too
 
     # --- ownership ---------------------------------------------------------------------------------
     def acquire(self, wait_s: float = 0.0) -> Spool:
         """Become the one process that appends to and sends from this spool, waiting up to `wait_s` for one that
-        is exiting (a relay being replaced) to let go of it."""
-        handle = open(self.root / "lock", "a+")
+        is exiting (a relay being replaced) to let go of it. Makes the spool private (an older one may not be)."""
+        private_dir(self.root)
+        private_dir(self.segments_dir)
+        for path in [*self.root.iterdir(), *self.segments_dir.iterdir()]:
+            if path.is_file() and not path.is_symlink() and stat.S_IMODE(path.stat().st_mode) != PRIVATE_FILE:
+                os.chmod(path, PRIVATE_FILE)
+        handle = os.fdopen(open_private(self.root / "lock", os.O_RDWR | os.O_APPEND), "a+")
         deadline = time.monotonic() + wait_s
         while True:
             try:
@@ -134,8 +183,13 @@ class Spool:
 
     def close(self) -> None:
         with self._lock:
+            if self._torn_at is not None:
+                try:
+                    self._cut_back()
+                except SpoolRefused:
+                    pass  # cut at the next acquire (_cut_torn_tail)
             if self._writer is not None:
-                self._writer.close()
+                os.close(self._writer)
                 self._writer = None
         if self._lock_file is not None:
             self._lock_file.close()  # releases the flock
@@ -143,25 +197,54 @@ class Spool:
 
     # --- writing -----------------------------------------------------------------------------------
     def append(self, record: Record) -> None:
-        """Durable when this returns (fsync), so the caller may answer 200."""
+        """Durable when this returns (fsync), so the caller may answer 200. SpoolRefused when the record was not
+        kept (the disk under its floor, or a write that failed and was cut back): the caller answers 503."""
         data = record.header_line() + record.body + b"\n"
         with self._lock:
+            self._check_room(len(data))
             writer = self._open_writer()
-            if writer.tell() > 0 and writer.tell() + len(data) > self.segment_bytes:
-                writer.close()
+            start = os.lseek(writer, 0, os.SEEK_END)
+            if start > 0 and start + len(data) > self.segment_bytes:
+                os.close(writer)
                 self._segment += 1
-                writer = self._writer = None
-                writer = self._open_writer()
-            writer.write(data)
-            writer.flush()
-            os.fsync(writer.fileno())
+                self._writer = None
+                writer, start = self._open_writer(), 0
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(writer, view):]
+                os.fsync(writer)
+            except OSError as err:
+                self._torn_at = start
+                self._cut_back()
+                raise SpoolRefused(f"trace spool {self.root}: a write failed and was rolled back ({err}); the "
+                                   "client sends the record again") from err
             self.pending_count += 1
 
-    def _open_writer(self):
+    def _check_room(self, size: int) -> None:
+        if self._torn_at is not None:  # a failed append still to cut back: nothing goes after it before that
+            self._cut_back()
+        info = os.statvfs(self.segments_dir)
+        free = info.f_bavail * info.f_frsize
+        if free - size < self.min_free_bytes:
+            raise SpoolRefused(f"trace spool {self.root}: {free / 1e9:.2f} GB free, under the "
+                               f"{self.min_free_bytes / 1e9:.2f} GB floor: no new record until there is room")
+
+    def _cut_back(self) -> None:
+        """Truncate the segment to where the failed append started; if even that fails, the next append tries again
+        first (and is refused meanwhile), so no record is ever acknowledged behind an unreadable one."""
+        try:
+            os.ftruncate(self._writer, self._torn_at)
+            os.fsync(self._writer)
+        except OSError as err:
+            raise SpoolRefused(f"trace spool {self.root}: cannot roll back a failed write yet ({err})") from err
+        self._torn_at = None
+
+    def _open_writer(self) -> int:
         if self._writer is None:
             path = self._segment_path(self._segment)
             new = not path.exists()
-            self._writer = open(path, "ab")
+            self._writer = open_private(path, os.O_WRONLY | os.O_APPEND)
             if new:  # make the new file's directory entry durable too
                 dir_fd = os.open(self.segments_dir, os.O_RDONLY)
                 try:
@@ -169,6 +252,14 @@ class Spool:
                 finally:
                     os.close(dir_fd)
         return self._writer
+
+    def keep_rejected(self, record: Record) -> None:
+        """Set a record W&B will never take beside the spool (rejected.spool), durably."""
+        fd = open_private(self.root / "rejected.spool", os.O_WRONLY | os.O_APPEND)
+        with os.fdopen(fd, "ab") as handle:
+            handle.write(record.header_line() + record.body + b"\n")
+            handle.flush()
+            os.fsync(handle.fileno())
 
     # --- reading and confirming --------------------------------------------------------------------
     def pending(self, limit: int | None = None) -> list[Record]:
@@ -260,7 +351,7 @@ class Spool:
 def _write_json_atomically(path: Path, value: dict) -> None:
     # a temporary file of this thread's own: the relay's request threads remember W&B's answers at the same time
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    with open(tmp, "w") as handle:
+    with os.fdopen(open_private(tmp, os.O_WRONLY | os.O_TRUNC), "w") as handle:
         json.dump(value, handle)
         handle.flush()
         os.fsync(handle.fileno())

@@ -14,11 +14,12 @@ import os
 import re
 import time
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
 from recipes.credentials import wandb_api_key
-from recipes.trace_relay import protocol
+from recipes.trace_relay import access, protocol
 from recipes.trace_relay.spool import Record, Spool
 
 logger = logging.getLogger(__name__)
@@ -46,6 +47,20 @@ class UpstreamRefused(RuntimeError):
     """W&B refused the relay's credentials or the project: nothing will go through until that is fixed."""
 
 
+class UnsafeRoute(ValueError):
+    """A route the relay will not send anywhere (not one weave's client uses, or one that would leave W&B's host)."""
+
+
+def _server_url(url: str, what: str) -> str:
+    """`url` as a server's root (scheme, host, optional port and path prefix); UpstreamRefused when it is not one."""
+    parts = urlsplit(url.rstrip("/"))
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.username is not None \
+            or parts.password is not None or parts.query or parts.fragment:
+        raise UpstreamRefused(f"{what} {url!r} is not a server URL: give scheme://host[:port][/path], no user, "
+                              "query or fragment")
+    return urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
+
+
 @dataclass
 class Upstream:
     base_url: str
@@ -57,9 +72,10 @@ class Upstream:
     @classmethod
     def from_env(cls, base_url: str | None = None, trace_url: str | None = None) -> Upstream:
         """W&B at `base_url` (default WANDB_BASE_URL, else W&B's cloud); its trace server as weave finds it."""
-        base = (base_url or os.environ.get("WANDB_BASE_URL") or SAAS_BASE_URL).rstrip("/")
-        trace = (trace_url or (None if base_url else os.environ.get("WF_TRACE_SERVER_URL"))
-                 or (SAAS_TRACE_URL if base == SAAS_BASE_URL else base + protocol.TRACE_PREFIX)).rstrip("/")
+        base = _server_url(base_url or os.environ.get("WANDB_BASE_URL") or SAAS_BASE_URL, "the W&B URL")
+        trace = _server_url(trace_url or (None if base_url else os.environ.get("WF_TRACE_SERVER_URL"))
+                            or (SAAS_TRACE_URL if base == SAAS_BASE_URL else base + protocol.TRACE_PREFIX),
+                            "the W&B trace server URL")
         key = wandb_api_key(base_url=base)
         if not key:
             raise UpstreamRefused(f"no W&B credentials for {base}: export WANDB_API_KEY=... (or `wandb login "
@@ -77,13 +93,20 @@ class Upstream:
         except httpx.HTTPError as err:
             raise UpstreamDown(f"{url}: {type(err).__name__}: {err}") from err
 
-    def trace_url_for(self, path: str) -> str:
-        """W&B's URL for a path the client sent to the relay's `/traces` mount (query string kept)."""
-        return self.trace_url + (path.removeprefix(protocol.TRACE_PREFIX)
-                                 if path.startswith(protocol.TRACE_PREFIX + "/") else path)
+    def trace_url_for(self, route: str) -> str:
+        """W&B's URL for a trace-server route (as protocol.trace_route gives it: no `/traces`, no query), built from
+        the parts of the trace server's URL, on its host and nowhere else. UnsafeRoute for a route weave's client
+        does not send (access.safe_route)."""
+        if not access.safe_route(route):
+            raise UnsafeRoute(f"not a trace server route the relay sends: {route[:200]!r}")
+        return _on_host(self.trace_url, route)
+
+    @property
+    def graphql_url(self) -> str:
+        return _on_host(self.base_url, protocol.GRAPHQL_PATH)
 
     def graphql(self, query: str, variables: dict) -> dict:
-        response = self.request("POST", self.base_url + protocol.GRAPHQL_PATH,
+        response = self.request("POST", self.graphql_url,
                                 json.dumps({"query": query, "variables": variables}).encode(),
                                 {"content-type": "application/json"})
         _raise_for(response, "GraphQL")
@@ -97,6 +120,15 @@ class Upstream:
         entity, project = project_id.split("/", 1)
         if (self.graphql(_PROJECT_QUERY, {"name": project, "entityName": entity}).get("project")) is None:
             self.graphql(_UPSERT_PROJECT, {"name": project, "entity": entity})
+
+
+def _on_host(server: str, route: str) -> str:
+    """`server`'s path prefix joined with `route`, the host taken from `server` only."""
+    base = urlsplit(server)
+    url = urlunsplit((base.scheme, base.netloc, base.path.rstrip("/") + route, "", ""))
+    if urlsplit(url).netloc != base.netloc:  # cannot happen for a route that starts with "/": checked all the same
+        raise UnsafeRoute(f"{route[:200]!r} would leave {base.netloc}")
+    return url
 
 
 def _raise_for(response: httpx.Response, what: str) -> None:
@@ -155,6 +187,10 @@ class Forwarder:
             pending.close()
         if not group:
             return SendResult()
+        if not access.safe_route(group[0].route):  # a spool written by hand, or by something else than a relay
+            self._set_aside(group[0], f"not a trace server route the relay sends: {group[0].route[:200]!r}")
+            self.spool.mark_sent(group[:1])
+            return SendResult(rejected=1)
         for project_id in {r.project_id for r in group if r.project_id} - self._projects_ready:
             self.upstream.ensure_project(project_id)
             self._projects_ready.add(project_id)
@@ -223,15 +259,14 @@ class Forwarder:
 
     def _reject(self, record: Record, response: httpx.Response) -> None:
         """W&B will never take this record (4xx): keep it beside the spool, say so, and go on with the rest."""
+        self._set_aside(record, f"W&B rejected it: {response.status_code} {response.text[:500]}")
+
+    def _set_aside(self, record: Record, reason: str) -> None:
         self.rejected_total += 1
-        reason = f"{response.status_code} {response.text[:500]}"
-        logger.error("W&B rejected a %s request (%s); kept in %s", record.route, reason,
+        logger.error("trace relay: a %s request set aside (%s); kept in %s", record.route[:200], reason,
                      self.spool.root / "rejected.spool")
         record.headers = {**record.headers, "x-relay-rejected": reason}
-        with open(self.spool.root / "rejected.spool", "ab") as handle:
-            handle.write(record.header_line() + record.body + b"\n")
-            handle.flush()
-            os.fsync(handle.fileno())
+        self.spool.keep_rejected(record)
 
     def drain(self, deadline: float, should_stop=lambda: False) -> str | None:
         """Send until nothing is pending or the deadline passes, retrying while W&B is down. Returns why it

@@ -8,13 +8,12 @@ import os
 import time
 from typing import Any
 
-from recipes.constants import RELAY_HEALTH_PATH, TRACE_RELAY_ENV  # TRACE_RELAY_ENV: the launcher's relay URL
+# the launcher's relay URL and the launch's token (one node: in the environment)
+from recipes.constants import RELAY_HEALTH_PATH, TRACE_RELAY_ENV, TRACE_RELAY_TOKEN_ENV
 from recipes.trace_relay.names import KEEPER_ANSWER_S, NAMESPACE, WORKER_WAIT_S, keeper_name, run_key
 
 logger = logging.getLogger(__name__)
 
-# weave needs some key to start; the relay authenticates to W&B with its own, so this one never leaves the node
-RELAY_CLIENT_KEY = "trace-relay-" + "0" * 28
 RELAYED_RETRY_ATTEMPTS = "6"  # weave's WEAVE_RETRY_MAX_ATTEMPTS for a client of a relay, unless set
 
 
@@ -22,14 +21,21 @@ def use_trace_relay(config: Any = None) -> str | None:
     """If the launcher runs a trace relay for this process's node, point THIS process's weave at it (GraphQL and
     trace server) and return its URL. Only here: the wandb metrics logger in the trainer keeps talking to W&B.
 
-    Where the relay is: on one node, the launcher hands its URL down in TRACE_RELAY_ENV; on a Ray cluster, the
-    relay of this worker's node is found by name (node_relay_url below) from the run the trainer
-    `config` names. A worker whose relay does not answer traces straight to W&B, as without a relay: the
-    per-step flush still sends what a step traced, but an outage longer than weave's retries loses calls."""
+    Where the relay is, and the run's token it asks of its clients (weave sends it as its API key: the relay holds the
+    W&B key itself, and this process needs none): on one node, the launcher hands both down in TRACE_RELAY_ENV and
+    TRACE_RELAY_TOKEN_ENV; on a Ray cluster, the keeper of this worker's node, found by name (node_relay below) from
+    the run the trainer `config` names, answers both. A worker whose relay does not answer traces straight to W&B,
+    as without a relay: the per-step flush still sends what a step traced, but an outage longer than weave's retries
+    loses calls."""
     url = (os.environ.get(TRACE_RELAY_ENV) or "").rstrip("/")
+    token = os.environ.get(TRACE_RELAY_TOKEN_ENV) or ""
     if not url and config is not None:
-        url = _node_relay_url(config) or ""
+        url, token = _node_relay(config) or ("", "")
     if not url:
+        return None
+    if not token:
+        logger.warning("Trace relay %s came without the run's token (%s): tracing straight to W&B instead.", url,
+                       TRACE_RELAY_TOKEN_ENV)
         return None
     if not _relay_answers(url):
         logger.warning("Trace relay %s does not answer from this process's node: tracing straight to W&B "
@@ -37,7 +43,7 @@ def use_trace_relay(config: Any = None) -> str | None:
         return None
     os.environ["WANDB_BASE_URL"] = url
     os.environ["WF_TRACE_SERVER_URL"] = url + "/traces"
-    os.environ.setdefault("WANDB_API_KEY", RELAY_CLIENT_KEY)  # a netrc entry is for W&B's host, not the relay's
+    os.environ["WANDB_API_KEY"] = token  # weave presents it to the relay; the W&B key stays with the relay
     os.environ["WANDB_ERROR_REPORTING"] = "false"  # Sentry would try to leave an air-gapped node
     os.environ["WEAVE_USE_SERVER_CACHE"] = "false"  # its cache is keyed without the server URL (facts doc)
     # weave gives a refused request ~10 s (3 attempts); a relay keeper that Ray starts again takes longer: ~30 s
@@ -68,17 +74,19 @@ def quiet_call_links() -> None:
         os.environ["WEAVE_PRINT_CALL_LINK"] = "false"
 
 
-def _node_relay_url(config: Any) -> str | None:
-    """This node's relay on a Ray cluster, if the launcher started relays there for this run."""
+def _node_relay(config: Any) -> tuple[str, str] | None:
+    """This node's relay on a Ray cluster (its URL and the run's token), if the launcher started relays there for
+    this run."""
     try:
         import ray
 
-        url = node_relay_url(run_key(config))
+        found = node_relay(run_key(config))
+        url = found[0] if found else None
         if url:  # one line per worker in the run's log: which node it is on, whose relay it uses
             node = ray.get_runtime_context().get_node_id()
             print(f"[traces] agent-loop worker pid {os.getpid()} on node {node[:8]}: tracing through that node's "
                   f"relay {url}", flush=True)
-        return url
+        return found
     except Exception as err:  # never fail a worker over tracing
         logger.warning("Looking up this node's trace relay failed: %s: %s", type(err).__name__, err)
         return None
@@ -95,9 +103,9 @@ def _relay_answers(url: str, timeout_s: float = 5.0) -> bool:
         return False
 
 
-def node_relay_url(run: str, wait_s: float = WORKER_WAIT_S) -> str | None:
-    """In a Ray worker: the URL of this node's relay for `run`, or None when the run has no relays on the cluster
-    (one node, where the launcher hands the URL down; or TRACE_RELAY=off)."""
+def node_relay(run: str, wait_s: float = WORKER_WAIT_S) -> tuple[str, str] | None:
+    """In a Ray worker: the URL of this node's relay for `run` and the run's token, or None when the run has no relays
+    on the cluster (one node, where the launcher hands both down; or TRACE_RELAY=off)."""
     import ray
 
     if not ray.is_initialized():
@@ -107,7 +115,7 @@ def node_relay_url(run: str, wait_s: float = WORKER_WAIT_S) -> str | None:
     while True:
         try:
             handle = ray.get_actor(keeper_name(run, node_id), namespace=NAMESPACE)
-            return ray.get(handle.url.remote(), timeout=KEEPER_ANSWER_S)
+            return tuple(ray.get(handle.connection.remote(), timeout=KEEPER_ANSWER_S))
         except ValueError:  # no keeper of this name (yet)
             if not _run_has_keepers(run):
                 return None

@@ -3,23 +3,31 @@
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from recipes.constants import TRACE_RELAY_ENV, TRACE_RELAY_TOKEN_ENV
+
 
 class RelayProcess:
-    """The supervised relay; stop() sends SIGTERM (drain, then exit) and returns what it printed."""
+    """The supervised relay, with a token of its own as a launch gives one (`token`, `client_env`: what a client
+    needs); stop() sends SIGTERM (drain, then exit) and returns what it printed. `preexec_fn` runs in the relay's
+    process before it starts (limits, umask)."""
 
-    def __init__(self, spool: Path, *args: str, **env: str) -> None:
+    def __init__(self, spool: Path, *args: str, preexec_fn=None, **env: str) -> None:
         self.spool = spool
+        self.token = secrets.token_urlsafe(32)
         url_file = spool.parent / f"{spool.name}.url"
         clean = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB", "WF_"))}
         self.process = subprocess.Popen([sys.executable, "-m", "recipes.trace_relay", "serve", "--spool", str(spool),
-                                         "--url-file", str(url_file), *args], env={**clean, **env},
-                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                                         "--url-file", str(url_file), *args],
+                                        env={**clean, TRACE_RELAY_TOKEN_ENV: self.token, **env},
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                        preexec_fn=preexec_fn)
         deadline = time.monotonic() + 60
         while not url_file.exists():
             assert self.process.poll() is None, self.process.communicate()[0]
@@ -27,6 +35,11 @@ class RelayProcess:
             time.sleep(0.1)
         self.url = url_file.read_text().strip()
         self.output = None
+
+    @property
+    def client_env(self) -> dict[str, str]:
+        """What a worker's environment holds to trace through this relay (as the launcher hands it down)."""
+        return {TRACE_RELAY_ENV: self.url, TRACE_RELAY_TOKEN_ENV: self.token}
 
     @property
     def serving_pid(self) -> int:

@@ -44,8 +44,11 @@ from recipes.harness.standins.weave_memory_server import MemoryTraceServer
 from recipes.signals import wait_for_event
 from recipes.trace_relay import protocol
 from recipes.trace_relay.http import LoopbackHTTPServer, Request, Response
+from recipes.trace_relay.limits import Limits
 
 API_KEY = "loopback-" + "0" * 31  # any string: the stand-in checks nothing
+# W&B takes weave's batches of up to 31 MiB (weave/trace_server_bindings/http_utils.py), and the relay's merged ones
+WANDB_LIMITS = Limits(max_body_bytes=64 * 1024 * 1024, client_timeout_s=120.0, max_connections=1024)
 USERNAME = "loopback-user"
 RECEIVED_PATH = "/standin/received"
 _READS = {  # route -> MemoryTraceServer method
@@ -176,7 +179,7 @@ class LoopbackWandb:
 
     def __init__(self, entity: str, port: int = 0, config_dir: str | None = None, **app_kwargs) -> None:
         self.app = WandbStandIn(entity, **app_kwargs)
-        self.http = LoopbackHTTPServer(self.app, port=port)
+        self.http = LoopbackHTTPServer(self.app, port=port, limits=WANDB_LIMITS)
         self.entity = entity
         self.config_dir = config_dir
 

@@ -8,7 +8,7 @@ import tempfile
 from contextlib import ExitStack
 from pathlib import Path
 
-from recipes.constants import REPO_ROOT, TRACE_RELAY_ENV
+from recipes.constants import REPO_ROOT, TRACE_RELAY_ENV, TRACE_RELAY_TOKEN_ENV
 from recipes.harness.bench.rollout import EXPERIMENT, NO_EGRESS_ENV, PROFILE, log
 from recipes.harness.bench.rollout.acks import AckRecorder
 
@@ -92,8 +92,8 @@ def setup(args, stack: ExitStack) -> Context:
 
     from recipes.harness.qwen_tokenizer import build_tiny_qwen2_model_dir, default_cache_dir
     from recipes.harness.standins.gsm8k_replay_llm import GSM8KReplayServer
+    from recipes.harness.standins.weave_http_server import WANDB_LIMITS
     from recipes.trace_relay.http import LoopbackHTTPServer
-    from recipes.tracing.relay_client import RELAY_CLIENT_KEY
 
     ctx = Context()
     ctx.work_dir = Path(args.work_dir or stack.enter_context(tempfile.TemporaryDirectory(prefix="bench_rollout_")))
@@ -102,7 +102,7 @@ def setup(args, stack: ExitStack) -> Context:
     ctx.model_dir = build_tiny_qwen2_model_dir(default_cache_dir() / "tiny-qwen2")
     base, trace, key = start_endpoint(stack)
     ctx.recorder = AckRecorder(base, trace)
-    recorder_http = LoopbackHTTPServer(ctx.recorder).start()
+    recorder_http = LoopbackHTTPServer(ctx.recorder, limits=WANDB_LIMITS).start()
     stack.callback(recorder_http.stop)
     log(f"W&B endpoint {base} ({'WANDB_BASE_URL' if os.environ.get('WANDB_BASE_URL') else 'loopback stand-in'}),"
         f" acknowledgements recorded at {recorder_http.url}")
@@ -118,7 +118,9 @@ def setup(args, stack: ExitStack) -> Context:
     env = {**NO_EGRESS_ENV, **ctx.relays.env, "PYTHONPATH": str(REPO_ROOT),
            # verl's own weave path (the verl_weave phase) reads these; the recipe's workers set the same from
            # TRACE_RELAY_ENV (recipes/tracing/relay_client.py use_trace_relay)
-           "WANDB_BASE_URL": relay_url, "WF_TRACE_SERVER_URL": relay_url + "/traces", "WANDB_API_KEY": RELAY_CLIENT_KEY}
+           # (and present the launch's token to the relay as their key)
+           "WANDB_BASE_URL": relay_url, "WF_TRACE_SERVER_URL": relay_url + "/traces",
+           "WANDB_API_KEY": ctx.relays.env[TRACE_RELAY_TOKEN_ENV]}
     ray_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="br_ray_", dir="/tmp"))
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"  # read by ray.init here, for the cluster it starts
     ray.init(address="local", num_cpus=args.workers + args.servers + 4, include_dashboard=False,
