@@ -7,8 +7,6 @@ in its module (data_prep/).
 
 from pathlib import Path
 
-import yaml
-
 # Where the recipe's files are: the launcher, the preflight and the tool sets resolve paths from here.
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONFIG_DIR = REPO_ROOT / "config"
@@ -50,4 +48,11 @@ SPLITS = ("train", "test")
 
 # The W&B project: verl's metrics, the Weave rollout traces and the published validation evaluations all land
 # there. Its home is the recipe config (trainer.project_name); read from there for the scripts that need it.
-PROJECT_NAME = yaml.safe_load((CONFIG_DIR / f"{CONFIG_NAME}.yaml").read_text())["trainer"]["project_name"]
+# (read on first use: the rest of this module needs nothing beyond Python's own library, so a shell script can ask
+# recipes.folder_guard with any Python 3 before an env exists)
+def __getattr__(name: str):
+    if name == "PROJECT_NAME":
+        import yaml
+
+        return yaml.safe_load((CONFIG_DIR / f"{CONFIG_NAME}.yaml").read_text())["trainer"]["project_name"]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

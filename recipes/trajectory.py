@@ -12,17 +12,24 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from collections.abc import Callable, Collection
 
 from recipes.tool_sets import known_tools
 
 _TOOL_RESPONSE_TEXT = re.compile(r"<tool_response>\n?(.*?)\n?(?:</tool_response>|\Z)", re.DOTALL)
-_TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
-# A closed call, or an opened one the turn ended inside (the model stopped before </tool_call>): the agent loop
-# answers both (recipes/rollout/tool_parser.py), so both are calls of the turn.
-TOOL_CALL_BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
+TOOL_CALL_START, TOOL_CALL_END = "<tool_call>", "</tool_call>"
 _CALL_NAME = re.compile(r'"name"\s*:\s*"([^"]*)"')
 UNREADABLE_NAME = "unreadable_tool_call"  # verl answers: Unknown function 'unreadable_tool_call'. Available: ...
+# What a model writes is read as JSON only when json.loads cannot fail but with a JSONDecodeError, here or in verl
+# (whose ToolAgentLoop catches only that): no deeper than this (a call nests 2; Python's recursion limit is 1000,
+# and the stack is deeper where verl loads), and no number longer than Python's int-string limit.
+MAX_JSON_DEPTH = 64
+_BRACKET_OR_QUOTE = re.compile(r'[][{}"]')
+_STRING_REST = re.compile(r'[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)  # after a string's opening quote, to its end
+_DIGIT_RUN = re.compile(r"\d+")
+# A call's arguments when its body could not be read safely: not JSON, so verl answers "Invalid JSON ...".
+UNREADABLE_ARGUMENTS = "(not read: nested too deeply or a number too long)"
 # How our tools (Error: ...) and verl's agent loop (unknown tool, unparsable arguments) report a failed call.
 TOOL_ERROR_PREFIXES = ("Error", "Unknown function", "Invalid JSON")
 
@@ -88,20 +95,93 @@ def chat_messages(prompt: list[dict], turns: list[tuple[bool, str]]) -> list[dic
     return messages
 
 
+def tool_call_spans(text: str, unclosed: bool = True) -> list[tuple[int, int, int, int]]:
+    """(start, body start, body end, end) of each <tool_call> block in order, in one pass (linear in the text: a
+    regex that looks for </tool_call> after each of thousands of opened tags takes quadratic time). A block is
+    closed by the first </tool_call> after it; `unclosed`: also one opened and never closed (the turn ended inside
+    it), which then runs to the end of the text. The agent loop answers both, so both are calls of the turn."""
+    spans = []
+    pos = 0
+    while (start := text.find(TOOL_CALL_START, pos)) != -1:
+        body = start + len(TOOL_CALL_START)
+        end = text.find(TOOL_CALL_END, body)
+        if end == -1:
+            if unclosed:
+                spans.append((start, body, len(text), len(text)))
+            break
+        spans.append((start, body, end, end + len(TOOL_CALL_END)))
+        pos = end + len(TOOL_CALL_END)
+    return spans
+
+
+def tool_call_bodies(text: str) -> list[str]:
+    """The body of every <tool_call> block, closed or not."""
+    return [text[a:b] for _, a, b, _ in tool_call_spans(text)]
+
+
+def without_tool_calls(text: str) -> str:
+    """The text with every <tool_call> block, closed or not, cut out."""
+    kept, pos = [], 0
+    for start, _, _, end in tool_call_spans(text):
+        kept.append(text[pos:start])
+        pos = end
+    kept.append(text[pos:])
+    return "".join(kept)
+
+
+def nests_deeper(text: str, limit: int) -> bool:
+    """Whether brackets nest deeper than `limit` in `text` outside JSON strings (an upper bound of the depth
+    json.loads would reach: it stops at the first error), in one pass that stops once they do."""
+    if text.count("[") + text.count("{") <= limit:  # most calls: a few brackets, no scan
+        return False
+    depth, pos = 0, 0
+    while match := _BRACKET_OR_QUOTE.search(text, pos):
+        char, pos = match.group(), match.end()
+        if char == '"':  # a string's brackets do not nest: skip to its end
+            rest = _STRING_REST.match(text, pos)
+            if rest is None:  # never closed: the rest of the text is inside it
+                return False
+            pos = rest.end()
+        elif char in "[{":
+            depth += 1
+            if depth > limit:
+                return True
+        else:
+            depth = max(depth - 1, 0)
+    return False
+
+
+def json_loads_safely(text: str) -> bool:
+    """Whether json.loads can fail on `text` only with a JSONDecodeError, wherever it runs: shallow enough for any
+    stack and no number past Python's int-string limit (a ValueError that is not a JSONDecodeError)."""
+    limit = sys.get_int_max_str_digits()
+    longest = max((len(run) for run in _DIGIT_RUN.findall(text)), default=0)
+    return (not limit or longest <= limit) and not nests_deeper(text, MAX_JSON_DEPTH)
+
+
+def load_json(text: str) -> object | None:
+    """JSON a model wrote, or None for anything else: never raises, whatever the text."""
+    if not json_loads_safely(text):
+        return None
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+
+
 def read_tool_call(body: str) -> tuple[str, str]:
     """One <tool_call> body as (name, arguments as a JSON string). A body that is not a readable call keeps
-    arguments no JSON loader accepts (the raw body, or "" for JSON without "arguments"), so the agent loop
-    answers it with verl's "Invalid JSON ..." / "Unknown function ..." instead of dropping it."""
-    try:
-        call = json.loads(body)
-    except json.JSONDecodeError:
-        call = None
+    arguments no JSON loader accepts (the raw body, "" for JSON without "arguments", or UNREADABLE_ARGUMENTS for
+    a body json.loads could not fail on cleanly), so the agent loop answers it with verl's "Invalid JSON ..." /
+    "Unknown function ..." instead of dropping it or raising."""
+    call = load_json(body)
     if isinstance(call, dict) and isinstance(call.get("name"), str) and "arguments" in call:
         return call["name"], json.dumps(call["arguments"], ensure_ascii=False)
     if isinstance(call, dict):  # valid JSON, but not {"name": ..., "arguments": ...}
         return str(call.get("name") or UNREADABLE_NAME), ""
     name = _CALL_NAME.search(body)
-    return (name.group(1) if name else UNREADABLE_NAME), body.strip()
+    return (name.group(1) if name else UNREADABLE_NAME), (body.strip() if json_loads_safely(body)
+                                                           else UNREADABLE_ARGUMENTS)
 
 
 def assistant_message(text: str, first_call_index: int = 0) -> dict:
@@ -109,8 +189,8 @@ def assistant_message(text: str, first_call_index: int = 0) -> dict:
     (read as the agent loop reads it: a malformed call keeps its raw text as arguments)."""
     calls = [{"id": f"call_{first_call_index + i}", "type": "function",
               "function": dict(zip(("name", "arguments"), read_tool_call(body), strict=True))}
-             for i, body in enumerate(TOOL_CALL_BLOCK.findall(text))]
-    message: dict = {"role": "assistant", "content": TOOL_CALL_BLOCK.sub("", text).strip()}
+             for i, body in enumerate(tool_call_bodies(text))]
+    message: dict = {"role": "assistant", "content": without_tool_calls(text).strip()}
     if calls:
         message["tool_calls"] = calls
     return message
@@ -135,10 +215,9 @@ def count_tool_calls(model_text: str, offered: Collection[str] | None = None) ->
     set), with object arguments."""
     offered = known_tools() if offered is None else offered
     good = bad = 0
-    for body in _TOOL_CALL.findall(model_text):
-        try:
-            call = json.loads(body)
-        except json.JSONDecodeError:
+    for _, start, end, _ in tool_call_spans(model_text, unclosed=False):
+        call = load_json(model_text[start:end])
+        if call is None:  # not JSON (or JSON nobody can load safely)
             bad += 1
             continue
         # a name that is not a string (a model can write an object there) is malformed, never a crash: the

@@ -22,6 +22,7 @@ MAX_JOBS=${MAX_JOBS:-$(nproc)}                         # parallel compiles (ninj
 HEAD_DIMS=${HEAD_DIMS:-64 128}                         # Qwen2.5-0.5B: 64; 1.5B, 3B, 7B: 128
 CACHES=${CACHES:-$VENV.jit-cache}                     # where the kernels are compiled (not ~/.cache)
 FRESH=${FRESH:-1}                                      # 1: empty CACHES first, so every kernel is compiled now
+                                                       # (only a CACHES the check made, or a new or empty one)
 
 die() { echo "[check_gpu_kernels] FAIL: $*" >&2; exit 1; }
 say() { echo "[check_gpu_kernels $(date -u +%H:%M:%S)] $*"; }
@@ -31,6 +32,11 @@ if [ -z "$BASE_PYTHON" ]; then
   BASE_PYTHON=$(find_base_python 3.12) || die "no CPython 3.12 that runs found (set BASE_PYTHON=/path/to/python3.12)"
 fi
 PYTHON_PATH=$(command -v "$BASE_PYTHON") || die "$BASE_PYTHON not found (set BASE_PYTHON=/path/to/python3.12)"
+# CACHES is emptied below only if the check made it (or it is new or empty): recipes/folder_guard.py, asked now,
+# before the install's minutes
+guard() { PYTHONPATH=$REPO_ROOT "$PYTHON_PATH" -m recipes.folder_guard "$1" --made-by check_gpu_kernels \
+            --knob CACHES "$CACHES" || exit 1; }
+if [ "$FRESH" = 1 ]; then guard check; fi
 # Only the system's basic tools (gcc, patch) and the env's own bin: no other CUDA on any search path.
 unset CUDA_HOME CUDA_PATH CPATH C_INCLUDE_PATH CPLUS_INCLUDE_PATH LIBRARY_PATH LD_LIBRARY_PATH NVCC_PREPEND_FLAGS \
       NVCC_APPEND_FLAGS FLASHINFER_NVCC TVM_FFI_CUDA_ARCH_LIST
@@ -53,8 +59,7 @@ case "$HOME_SEEN" in
 esac
 say "CUDA compiler: $("$HOME_SEEN/bin/nvcc" --version | grep release); host: $(g++ --version | head -n1)"
 
-if [ "$FRESH" = 1 ]; then rm -rf "$CACHES"; fi
-mkdir -p "$CACHES"
+if [ "$FRESH" = 1 ]; then guard clear; else mkdir -p "$CACHES"; fi
 export TVM_FFI_CACHE_DIR=$CACHES/tvm-ffi FLASHINFER_WORKSPACE_BASE=$CACHES
 T1=$SECONDS
 # shellcheck disable=SC2086  # HEAD_DIMS is a list

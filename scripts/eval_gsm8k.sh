@@ -24,7 +24,8 @@ PASS_K=${PASS_K:-$VAL_N}
 EXPERIMENT_NAME=${EXPERIMENT_NAME:-}   # empty: eval_<model>_<TOOL_SET>[_n<VAL_N>_t<VAL_TEMPERATURE>], <model> being
                                        # <experiment>_step<N> for an export (its exported_from.json), else the
                                        # model's folder or hub name; it names OUTPUT_DIR and the Weave Evaluation
-OVERWRITE=${OVERWRITE:-0}              # 1: replace an earlier evaluation in OUTPUT_DIR (refused otherwise)
+OVERWRITE=${OVERWRITE:-0}              # 1: replace an earlier evaluation in OUTPUT_DIR (refused otherwise, and
+                                       # for a validation folder no evaluation made, e.g. a training run's)
 export LOGGER=${LOGGER:-console}       # no W&B needed to evaluate
 export TRACE=${TRACE:-off}
 PROFILE=${PROFILE:-}                   # empty: the launcher's (8xh100), with DEVICE=cpu cpu_smoke
@@ -55,18 +56,26 @@ if [ -z "$EXPERIMENT_NAME" ]; then
 fi
 export EXPERIMENT_NAME
 OUTPUT_DIR=$(PRINT_OUTPUT_DIR=1 bash "$REPO_ROOT/scripts/run_gsm8k_grpo.sh")
+VALIDATION_DIR=$OUTPUT_DIR/validation
+[[ $VALIDATION_DIR == /* ]] || VALIDATION_DIR=$REPO_ROOT/$VALIDATION_DIR  # main_ppo runs in the repo
+# OVERWRITE=1 empties only a folder an evaluation made, never a training run's dumps (recipes/folder_guard.py)
+guard() { PYTHONPATH="$REPO_ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -m recipes.folder_guard "$1" \
+            --made-by eval_gsm8k --knob OUTPUT_DIR/validation "$VALIDATION_DIR"; }
 # verl dumps an evaluation as step 0 of OUTPUT_DIR/validation: a second one there would silently replace the first
-if compgen -G "$OUTPUT_DIR/validation/*.jsonl" >/dev/null; then
+if compgen -G "$VALIDATION_DIR/*.jsonl" >/dev/null; then
   if [ "$OVERWRITE" != 1 ]; then
-    echo "error: $OUTPUT_DIR/validation already holds an evaluation, which this one ($EXPERIMENT_NAME) would" \
+    echo "error: $VALIDATION_DIR already holds an evaluation, which this one ($EXPERIMENT_NAME) would" \
          "replace; set EXPERIMENT_NAME (or OUTPUT_DIR) to keep both, or OVERWRITE=1 to replace it" >&2
     exit 1
   fi
+  guard check || exit 1
   if [ "${DRY_RUN:-0}" = 1 ]; then
-    echo "# OVERWRITE=1: the evaluation would first remove the earlier one in $OUTPUT_DIR/validation"
+    echo "# OVERWRITE=1: the evaluation would first remove the earlier one in $VALIDATION_DIR"
   else
-    rm -rf "$OUTPUT_DIR/validation"  # nothing of the earlier evaluation mixes into this one's summary
+    guard clear || exit 1  # nothing of the earlier evaluation mixes into this one's summary
   fi
+elif [ "${DRY_RUN:-0}" != 1 ]; then
+  guard claim 2>/dev/null || true  # marked as an evaluation's, so that OVERWRITE=1 may empty it next time
 fi
 
 EVAL_OVERRIDES+=(

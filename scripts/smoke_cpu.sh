@@ -34,7 +34,8 @@ REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # ---- knobs ------------------------------------------------------------------------------------------
 PYTHON=${PYTHON:-}                                    # empty: the active venv, else the project's CPU env (.venv)
 WORK_DIR=${WORK_DIR:-/tmp/gsm8k_cpu_smoke}            # model, data and (by default) outputs
-OUTPUT_DIR=${OUTPUT_DIR:-$WORK_DIR/outputs}           # checkpoints, dumps, logs, report: cleared at the start
+OUTPUT_DIR=${OUTPUT_DIR:-$WORK_DIR/outputs}           # checkpoints, dumps, logs, report: emptied at the start
+                                                      # (only one the smoke made, or a new or empty one)
 GSM8K_DIR=${GSM8K_DIR:-}                              # GSM8K's {train,test}.jsonl; empty: the hub, else the sample
 TRAIN_ROWS=${TRAIN_ROWS:-6}                           # 3 steps x 2 prompts, no row seen twice
 TEST_ROWS=${TEST_ROWS:-4}
@@ -59,6 +60,14 @@ use_python cpu
 cd "$REPO_ROOT"
 export PYTHONPATH="$REPO_ROOT${PYTHONPATH:+:$PYTHONPATH}"
 log() { echo "[smoke_cpu] $*" >&2; }
+# Only folders the smoke made (or new or empty ones) are emptied, never a real run's (recipes/folder_guard.py)
+guard() { "$PYTHON" -m recipes.folder_guard "$1" --made-by smoke_cpu --knob "$2" "$3" || exit 1; }
+guard claim WORK_DIR "$WORK_DIR"
+if [ "${DRY_RUN:-0}" = 1 ]; then guard check OUTPUT_DIR "$OUTPUT_DIR"; else guard clear OUTPUT_DIR "$OUTPUT_DIR"; fi
+if [ "$NODES" -gt 1 ]; then  # each node's relay keeps its traces there; a stale spool would be sent again
+  export TRACE_SPOOL=${TRACE_SPOOL:-$WORK_DIR/trace_spool}
+  guard clear TRACE_SPOOL "$TRACE_SPOOL"
+fi
 
 log "tiny random Qwen2 model -> $WORK_DIR/model"
 "$PYTHON" -c 'import sys; from recipes.harness.qwen_tokenizer import build_tiny_qwen2_model_dir as build; build(sys.argv[1])' \
@@ -79,8 +88,7 @@ export PROFILE=cpu_smoke MODEL_PATH="$WORK_DIR/model" DATA_DIR="$WORK_DIR/data" 
 if [ "${DRY_RUN:-0}" = 1 ]; then exec bash scripts/run_gsm8k_grpo.sh "$@"; fi
 
 multinode() {  # NODES>1: see the header
-  export TRACE=${TRACE:-on} TRACE_SPOOL=${TRACE_SPOOL:-$WORK_DIR/trace_spool} NNODES=$NODES N_GPUS_PER_NODE=1
-  rm -rf "$OUTPUT_DIR"/{checkpoints,rollouts,validation,report,logs,hydra,trace_relays.json} "$TRACE_SPOOL"
+  export TRACE=${TRACE:-on} NNODES=$NODES N_GPUS_PER_NODE=1  # OUTPUT_DIR and TRACE_SPOOL emptied above
   mkdir -p "$OUTPUT_DIR/logs"
   local cluster_dir=$WORK_DIR/cluster standin=0 faults=0
   cleanup() {
@@ -131,8 +139,7 @@ multinode() {  # NODES>1: see the header
 }
 if [ "$NODES" -gt 1 ]; then multinode "$@"; exit; fi
 
-# trace_spool: what the launcher's trace relay keeps; a stale one would be sent again into this run's traces
-rm -rf "$OUTPUT_DIR"/{checkpoints,rollouts,validation,report,logs,hydra,trace_spool,trace_relay.log,trace_relay.url}
+# OUTPUT_DIR was emptied above: no stale trace_spool (what the launcher's relay keeps) is sent again
 mkdir -p "$OUTPUT_DIR/logs"
 launch() {  # name, overrides...: one main_ppo through the launcher, its output also in logs/<name>.log
   local name=$1; shift

@@ -1,6 +1,7 @@
 """tools/arithmetic.py and tools/calculator.py: exact results, clean numbers, bounded work, no Python."""
 
 import asyncio
+import re
 import time
 
 import pytest
@@ -98,3 +99,58 @@ def test_calculator_tool_survives_its_own_bugs(calculator_tool, monkeypatch):
     monkeypatch.setattr(module, "calculate", lambda e: 1 / 0)  # an unexpected exception inside the tool
     response, _, metrics = _call(calculator_tool, {"expression": "1+1"})
     assert response.text == "Error: could not evaluate (ZeroDivisionError)" and metrics["error"] == "internal"
+
+
+# ---- what `%`, powers, other bases and huge literals mean (the tool's schema says the same) --------------------
+
+
+@pytest.mark.parametrize("expression, expected", [
+    ("17%5", "2"), ("17 % 5", "2"), ("(17)%(5)", "2"), ("10%3%2", "1"), ("7.5%2", "1.5"), ("-7%3", "2"),
+    ("15% * 80", "12"), ("80 * 15%", "12"), ("80*15%", "12"), ("200/50%", "400"), ("(10+5)%", "0.15"),
+    ("-15%", "-0.15"), ("1,000%", "10"), ("50% x 2", "1"), ("100 - 20%", "99.8"),
+    ("2**41", "2199023255552"), ("1.05**50", "11.4673997858"), ("1000*1.05**10", "1628.8946267774"),
+    ("2**-100", "0"), ("1**1000000000", "1"), ("(-1)**1000000001", "-1"), ("0**100000000000", "0"),
+    ("1e-400", "0"), ("10 x 10", "100"), ("0 x 10", "0"),
+])
+def test_what_each_operator_computes(expression, expected):
+    assert calculate(expression) == expected
+
+
+@pytest.mark.parametrize("expression, message", [
+    ("5%0", "division by zero"), ("15% of 80", "write 15% * 80"), ("15%%", "write 15% * 80"),
+    ("0x10", "'0x10' is not a decimal number"), ("0b101", "'0b101' is not a decimal number"),
+    ("0o17+1", "'0o17' is not a decimal number"),
+    ("10**10**10", "exponent too large"), ("1.0000001**100000", "exponent too large"),
+    ("0.5**100000", "exponent too large"), ("2**101", "result too large"), ("1.5**200", "result too large"),
+    ("1e309", "result too large"), ("1e309*0", "result too large"), ("-1e309", "result too large"),
+    ("inf", "the name 'inf'"), ("nan", "the name 'nan'"), ("float('inf')", "function calls"),
+])
+def test_what_it_refuses_it_says_in_one_line(expression, message):
+    with pytest.raises(CalcError, match=re.escape(message)) as err:
+        calculate(expression)
+    assert "\n" not in str(err.value)
+
+
+def test_huge_powers_are_refused_before_any_big_number_is_built():
+    for expression in ("10**10**10", "1.0000001**100000", "0.5**100000", "9**9**9", "(-2)**99999999"):
+        start = time.perf_counter()
+        with pytest.raises(CalcError, match="exponent too large"):
+            calculate(expression)
+        assert time.perf_counter() - start < 0.05, expression
+
+
+@pytest.mark.parametrize("expression", ["1e309", "inf", "nan", "0x10", "15% of 80"])
+def test_such_input_is_an_error_message_with_nothing_logged(calculator_tool, caplog, expression):
+    response, _, metrics = _call(calculator_tool, {"expression": expression})
+    assert response.text.startswith("Error: ") and metrics == {"ok": 0, "error": "bad_expression"}
+    assert not [r for r in caplog.records if r.levelname in ("ERROR", "WARNING")]
+
+
+def test_the_schema_says_what_the_calculator_computes(calculator_tool):
+    """Every example the description gives computes what the description says it does."""
+    description = calculator_tool.get_openai_tool_schema().function.description
+    examples = re.findall(r"([(\d][\d.,%*/+() -]*?) = (\d[\d.]*\d|\d)", description)
+    assert len(examples) >= 3, description
+    for expression, result in examples:
+        assert calculate(expression.strip()) == result, (expression, description)
+    assert "17 % 5 = 2" in description and "15% * 80 = 12" in description

@@ -12,6 +12,7 @@ import pytest
 
 from data_prep.gsm8k import main as data_prep_main
 from data_prep.gsm8k_rows import SourceRecord, build_row
+from recipes import folder_guard
 from recipes.constants import REPO_ROOT
 from recipes.harness import agent_loop_inprocess as harness
 from recipes.harness.learning import task
@@ -425,7 +426,7 @@ def _learn_cpu(tmp_path, **env):
 def test_learn_cpu_keeps_an_sft_model_that_lies_inside_the_work_dir_it_clears(tmp_path):
     """The documented `SFT_MODEL=<WORK_DIR>/model_sft bash scripts/learn_cpu.sh`: the warm start survives the
     clearing of WORK_DIR (it used to be deleted first: `cp: cannot stat`, the SFT lost)."""
-    work = tmp_path / "work"
+    work = folder_guard.claim(tmp_path / "work", "learn_cpu")  # the last run's work dir
     (work / "model_sft").mkdir(parents=True)
     (work / "model_sft" / "config.json").write_text('{"model_type": "qwen2"}')
     (work / "model_sft" / "model.safetensors").write_bytes(b"weights")

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from data_prep import gsm8k
+from recipes import folder_guard
 from recipes.results.scoring import pass_at_k
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -31,7 +32,7 @@ def pass_at_4_dry_run(prepared_data_dir, tmp_path_factory):
     """One dry run several tests read (each costs the preflight's seconds): tools on (the calculator), 4 samples at
     temperature 1.0, a hub model id, the outputs in a given folder that holds an earlier evaluation (OVERWRITE=1)."""
     out = tmp_path_factory.mktemp("eval") / "ev"
-    (out / "validation").mkdir(parents=True)
+    folder_guard.claim(out / "validation", "eval_gsm8k")  # as an earlier evaluation left it: marked as its own
     (out / "validation" / "0.jsonl").write_text(EARLIER)
     proc = eval_dry_run(prepared_data_dir, OUTPUT_DIR=str(out), VAL_N="4", VAL_TEMPERATURE="1.0",
                         MODEL_PATH="org/My-Model", OVERWRITE="1")
@@ -272,3 +273,17 @@ def test_a_second_evaluation_into_the_same_folder_is_refused(prepared_data_dir, 
     proc, out = pass_at_4_dry_run  # the same with OVERWRITE=1: said, and a dry run removes nothing
     assert f"# OVERWRITE=1: the evaluation would first remove the earlier one in {out}/validation" in proc.stdout
     assert (out / "validation" / "0.jsonl").read_text() == EARLIER
+
+
+def test_overwrite_never_empties_a_validation_folder_no_evaluation_made(prepared_data_dir, tmp_path):
+    """OUTPUT_DIR pointed at a training run's outputs: OVERWRITE=1 used to delete its validation dumps."""
+    dumps = tmp_path / "run" / "validation"
+    dumps.mkdir(parents=True)
+    (dumps / "40.jsonl").write_text(EARLIER)
+    for dry_run in ("1", "0"):
+        proc = eval_dry_run(prepared_data_dir, OUTPUT_DIR=str(tmp_path / "run"), EXPERIMENT_NAME="ev",
+                            OVERWRITE="1", DRY_RUN=dry_run)
+        assert proc.returncode == 1, proc.stderr
+        assert f"error: OUTPUT_DIR/validation={dumps} holds files eval_gsm8k did not make" in proc.stderr
+        assert "main_ppo" not in proc.stdout + proc.stderr
+    assert (dumps / "40.jsonl").read_text() == EARLIER

@@ -143,3 +143,39 @@ def test_dtype_bfloat16_casts_on_purpose_and_says_so(fsdp_checkpoint, tmp_path, 
     saved = load_file(tmp_path / "model.safetensors")
     assert all(torch.equal(t, trained[k].to(torch.bfloat16)) for k, t in saved.items())
     assert json.loads((tmp_path / "config.json").read_text())["dtype"] == "bfloat16"
+
+
+class _RunsCode:
+    """What a checkpoint from elsewhere could hold: an object whose unpickling calls a function (here it only opens
+    a file for writing, which creates it)."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def test_a_shard_that_would_run_code_is_refused_in_one_line_and_runs_nothing(fsdp_checkpoint, tmp_path, capsys):
+    """The shards are loaded as data (weights_only=True, DTensors allow-listed): a pickle with a __reduce__ used to
+    run on export (weights_only=False)."""
+    import shutil
+
+    from recipes.export import merge_fsdp
+
+    root, _ = fsdp_checkpoint
+    actor = tmp_path / "actor"
+    shutil.copytree(root / "global_step_1" / "actor", actor)
+    ran = tmp_path / "ran"
+    shard = actor / "model_world_size_2_rank_0.pt"
+    state = merge_fsdp.load_shard(shard)  # a real shard, as data
+    state["model.norm.weight"] = _RunsCode(ran)
+    torch.save(state, shard)
+    status = merge_fsdp.main(["--local_dir", str(actor), "--target_dir", str(tmp_path / "hf")])
+    err = capsys.readouterr().err
+    assert status == 1 and not ran.exists()
+    line = [line for line in err.splitlines() if line.startswith("[export] error:")]
+    assert line == [f"[export] error: {shard} holds more than weights, so it was not loaded (it names io.open); a "
+                    "checkpoint verl saved holds only tensors and their layout: export only checkpoints from a "
+                    "source you trust"], err
+    assert not (tmp_path / "hf" / "model.safetensors").exists()

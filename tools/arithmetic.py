@@ -1,20 +1,32 @@
 """Exact, bounded arithmetic for the calculator tool. No eval: the expression is parsed to an AST and only
 numbers and arithmetic operators are walked; every value is a Fraction, so 0.1+0.2 is 0.3.
 
-Bounds keep a hostile or confused model from stalling a rollout worker: expression length, AST size,
-exponent size, and result magnitude are all capped before any big number is built.
+What the operators mean (tools/calculator.py's schema says the same to the model):
+- `%` after a number or a bracket, before an operator, a closing bracket or the end, is percent of that number:
+  `15%` is 0.15, `15% * 80` and `80 * 15%` are 12, `200 / 50%` is 400; between two numbers it is the remainder,
+  with the divisor's sign as in Python: `17 % 5` is 2, `-7 % 3` is 2. Anything else after `%` is refused with how to
+  write it.
+- `1,000` is 1000 (commas between groups of three digits); `3 x 4` is a product; `^` is a power.
+- Numbers are decimal: `0x10`, `0b101`, `0o17` are refused (not 0 times 10), and a literal is read exactly as
+  written (`1e309` is that number, refused as too large, never infinity).
+- A power is bounded by the size of its exact result, estimated before it is computed: `2**41` and `1.05**50` are
+  computed, `10**10**10` refused at once.
+
+Bounds keep a hostile or confused model from stalling a rollout worker: expression length, AST size, the digits a
+power would need, and result magnitude are all capped before any big number is built.
 """
 
 from __future__ import annotations
 
 import ast
+import math
 import operator
 import re
 from fractions import Fraction
 
 MAX_EXPRESSION_CHARS = 200
 MAX_NODES = 100
-MAX_EXPONENT = 100  # |b| in a**b
+MAX_POWER_DIGITS = 10_000  # digits of a power's exact numerator and denominator together, estimated beforehand
 MAX_ABS_VALUE = Fraction(10) ** 30  # bigger results are refused, not computed
 MAX_DECIMALS = 10
 
@@ -23,26 +35,75 @@ class CalcError(ValueError):
     """A message for the model: what was wrong with its expression."""
 
 
+def _remainder(a: Fraction, b: Fraction) -> Fraction:
+    return a % b
+
+
 _BINARY = {
     ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
     ast.FloorDiv: lambda a, b: Fraction(a // b),  # GSM8K's own annotations use it ("560//10")
+    ast.Mod: _remainder,
 }
+_DIVISIONS = (ast.Div, ast.FloorDiv, ast.Mod)
 _UNARY = {ast.UAdd: operator.pos, ast.USub: operator.neg}
 # "1,000" -> "1000" only between digit groups of three, so "f(1,2)" stays a (rejected) call.
 _THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
-_PERCENT = re.compile(r"%")
 _WORD_OPERATORS = {"×": "*", "÷": "/", "−": "-", "^": "**"}
+_NOT_DECIMAL = re.compile(r"(?<![\w.])0[xXbBoO][0-9a-fA-F_]*")  # Python's hex, binary, octal literals
+_PERCENT_WRITTEN = "write 15% * 80 for 15 percent of 80, or 17 % 5 for the remainder of 17 divided by 5"
 
 
 def _normalise(expression: str) -> str:
     text = expression.strip().rstrip("=").strip()
     for symbol, op in _WORD_OPERATORS.items():
         text = text.replace(symbol, op)
+    other_base = _NOT_DECIMAL.search(text)
+    if other_base:
+        raise CalcError(f"{other_base.group()!r} is not a decimal number: write numbers in decimal (and 3 * 4, "
+                        "or 3 x 4, for a product)")
     text = re.sub(r"(?<=[\d)\s])[xX](?=[\s\d(])", "*", text)  # "3 x 4" as a product
     text = text.replace("$", "")
     text = _THOUSANDS.sub("", text)
-    # "15%" -> "(15/100)": percent is a postfix on a number or a parenthesised group
-    return _PERCENT.sub("/100", text)
+    return _percents(text)
+
+
+def _percents(text: str) -> str:
+    """Each `%` that is a percent (followed by an operator, a closing bracket or the end) as `(operand/100)`, the
+    operand being the number or bracketed group before it; a `%` followed by a number or an opening bracket is left
+    as Python's remainder; any other is refused."""
+    pos = 0
+    while (at := text.find("%", pos)) != -1:
+        after = text[at + 1:].lstrip()
+        if after[:1].isdigit() or after[:1] in (".", "("):
+            pos = at + 1  # the remainder operator
+            continue
+        if after and after[0] not in "+-*/)":
+            raise CalcError(f"'%' before {after[0]!r}: {_PERCENT_WRITTEN}")
+        start = _operand_start(text, at)
+        if start is None:
+            raise CalcError(f"'%' after nothing to take a percent of: {_PERCENT_WRITTEN}")
+        replaced = f"({text[start:at].strip()}/100)"
+        text = text[:start] + replaced + text[at + 1:]
+        pos = start + len(replaced)
+    return text
+
+
+def _operand_start(text: str, end: int) -> int | None:
+    """Where the number or bracketed group that ends at `end` (spaces before it skipped) starts."""
+    i = end
+    while i > 0 and text[i - 1].isspace():
+        i -= 1
+    if i > 0 and text[i - 1] == ")":
+        depth = 0
+        for j in range(i - 1, -1, -1):
+            depth += {")": 1, "(": -1}.get(text[j], 0)
+            if depth == 0:
+                return j
+        return None
+    j = i
+    while j > 0 and (text[j - 1].isalnum() or text[j - 1] in "._"):
+        j -= 1
+    return j if j < i else None
 
 
 def evaluate(expression: str) -> Fraction:
@@ -59,39 +120,52 @@ def evaluate(expression: str) -> Fraction:
         raise CalcError(f"cannot parse {expression!r}: use numbers, + - * / ** % and parentheses") from None
     if sum(1 for _ in ast.walk(tree)) > MAX_NODES:
         raise CalcError(f"expression too complex (more than {MAX_NODES} parts)")
-    return _eval(tree.body)
+    return _eval(tree.body, text)
 
 
-def _eval(node: ast.AST) -> Fraction:
+def _eval(node: ast.AST, source: str) -> Fraction:
     if isinstance(node, ast.Constant) and type(node.value) in (int, float):
-        return _bounded(Fraction(str(node.value)))  # via str: 0.1 is 1/10, not the binary float
+        return _bounded(_literal(node, source))
     if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
-        left, right = _eval(node.left), _eval(node.right)
-        if isinstance(node.op, (ast.Div, ast.FloorDiv)) and right == 0:
+        left, right = _eval(node.left, source), _eval(node.right, source)
+        if isinstance(node.op, _DIVISIONS) and right == 0:
             raise CalcError("division by zero")
         return _bounded(_BINARY[type(node.op)](left, right))
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
-        return _power(_eval(node.left), _eval(node.right))
+        return _power(_eval(node.left, source), _eval(node.right, source))
     if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
-        return _UNARY[type(node.op)](_eval(node.operand))
+        return _UNARY[type(node.op)](_eval(node.operand, source))
     raise CalcError(f"unsupported: {_describe(node)}; only numbers, + - * / // ** % and parentheses are allowed")
+
+
+def _literal(node: ast.Constant, source: str) -> Fraction:
+    """A number exactly as written: 0.1 is 1/10, not the binary float, and 1e309 is 10**309, not infinity."""
+    if isinstance(node.value, int):
+        return Fraction(node.value)
+    written = (ast.get_source_segment(source, node) or "").replace("_", "")
+    try:
+        return Fraction(written)
+    except ValueError:
+        if not math.isfinite(node.value):
+            raise CalcError("result too large") from None
+        return Fraction(str(node.value))
 
 
 def _power(base: Fraction, exponent: Fraction) -> Fraction:
     if exponent.denominator != 1:
         raise CalcError("only whole-number exponents are supported")
-    if abs(exponent) > MAX_EXPONENT:
-        raise CalcError(f"exponent too large (at most {MAX_EXPONENT})")
-    if base == 0 and exponent < 0:
-        raise CalcError("division by zero")
-    # Refuse before computing: |base|**e would exceed the cap (checked on magnitudes, cheaply).
-    if abs(base) > 1 and exponent > 0 and _digits(abs(base)) * int(exponent) > 40:
-        raise CalcError("result too large")
+    if base == 0:
+        if exponent < 0:
+            raise CalcError("division by zero")
+        return Fraction(int(exponent == 0))
+    # Refused before it is computed when its exact numerator and denominator would need too many digits (1.05**50:
+    # 131; 2**41: 13); a result past MAX_ABS_VALUE is then refused as any other.
+    digits = abs(exponent) * (math.log10(abs(base.numerator)) + math.log10(base.denominator))
+    if digits > MAX_POWER_DIGITS:
+        magnitude = float(exponent) * (math.log10(abs(base.numerator)) - math.log10(base.denominator))
+        raise CalcError(f"exponent too large: the result is about 10^{magnitude:.3g} and would need about "
+                        f"{float(digits):.3g} digits exactly (at most {MAX_POWER_DIGITS})")
     return _bounded(base ** int(exponent))
-
-
-def _digits(value: Fraction) -> int:
-    return len(str(value.numerator // value.denominator))
 
 
 def _bounded(value: Fraction) -> Fraction:

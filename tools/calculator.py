@@ -22,8 +22,10 @@ class CalculatorTool(QuietTool):
         "type": "function",
         "function": {
             "name": "calculator",
-            "description": "Evaluate an arithmetic expression and return the number. Supports + - * / ** %, "
-                           "parentheses and decimals, e.g. (16-3-4)*2 or 48/2.",
+            "description": "Evaluate an arithmetic expression exactly and return the number. Supports + - * / // ** "
+                           "and parentheses, decimals and 1,000-style numbers, e.g. (16-3-4)*2 = 18 or 48/2 = 24. % "
+                           "after a number is percent: 15% = 0.15, 15% * 80 = 12; between two numbers it is the "
+                           "remainder: 17 % 5 = 2.",
             "parameters": {
                 "type": "object",
                 "properties": {"expression": {

@@ -4,6 +4,10 @@
   (`_local_tensor.bfloat16()` in fsdp_model_merger.py), so an fp32 run exports weights that differ from the
   trained ones. `--dtype bfloat16` (or float16/float32) casts on purpose; the output says which was written.
 - the weight files honour the umask (transformers writes them 0600, unreadable by anyone else).
+- the shards are loaded as data (`torch.load(weights_only=True)`, what verl's merger loads with
+  `weights_only=False`): a checkpoint from elsewhere cannot run code on export. What FSDP shards hold besides
+  tensors (DTensors, their device mesh and placements) is allow-listed, as torch 2.13 does when
+  `torch.distributed.tensor` is imported; anything else refuses the file in one line.
 
 Everything else is verl's merger: the shard layout, the Hugging Face save, LoRA adapters, the tokenizer.
 
@@ -13,8 +17,11 @@ Everything else is verl's merger: the shard layout, the Hugging Face save, LoRA 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
+import pickle
+import re
 import sys
 from collections import Counter
 from pathlib import Path
@@ -30,6 +37,46 @@ DTYPES = {name: getattr(torch, name) for name in DTYPE_CHOICES if name != KEEP}
 WEIGHT_PATTERNS = ("*.safetensors", "*.safetensors.index.json", "*.bin", "*.bin.index.json")
 
 
+# What verl's FSDP shards hold besides plain tensors: DTensors, their spec, device mesh and placements
+# (module, name); a name this torch does not have is skipped (the layouts are torch 2.13's).
+SHARD_GLOBALS = (
+    ("torch.distributed.tensor", "DTensor"), ("torch.distributed.device_mesh", "DeviceMesh"),
+    ("torch.distributed.tensor._dtensor_spec", "DTensorSpec"), ("torch.distributed.tensor._dtensor_spec", "TensorMeta"),
+    ("torch.distributed.tensor._dtensor_spec", "ShardOrderEntry"),
+    ("torch.distributed.tensor.placement_types", "Shard"), ("torch.distributed.tensor.placement_types", "Replicate"),
+    ("torch.distributed.tensor.placement_types", "Partial"),
+    ("torch.distributed.tensor.placement_types", "_StridedShard"),
+    ("torch.distributed._mesh_layout", "_MeshLayout"), ("torch.distributed._mesh_layout", "_FlatLayout"),
+)
+
+
+class CheckpointRefused(RuntimeError):
+    """A shard that holds more than tensors and their layout; the message is the one line the user sees."""
+
+
+def shard_globals() -> list:
+    found = []
+    for module, name in SHARD_GLOBALS:
+        try:
+            found.append(getattr(importlib.import_module(module), name))
+        except (ImportError, AttributeError):
+            continue
+    return found
+
+
+def load_shard(path: Path) -> dict:
+    """One rank's shard, loaded as data: tensors, DTensors and their layout, nothing that runs code."""
+    try:
+        with torch.serialization.safe_globals(shard_globals()):
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        named = re.search(r"GLOBAL ([\w.]+)", str(err))
+        why = f"it names {named.group(1)}" if named else (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise CheckpointRefused(f"{path} holds more than weights, so it was not loaded ({why}); a checkpoint "
+                                "verl saved holds only tensors and their layout: export only checkpoints from a "
+                                "source you trust") from None
+
+
 class DtypeKeepingFSDPMerger(FSDPModelMerger):
     def __init__(self, config: ModelMergerConfig, dtype: str = KEEP) -> None:
         if dtype != KEEP and dtype not in DTYPES:
@@ -43,14 +90,16 @@ class DtypeKeepingFSDPMerger(FSDPModelMerger):
             return tensor
         return tensor.to(self.cast_to)
 
+    def _load_rank_zero_state_dict(self, world_size: int) -> dict:
+        return load_shard(Path(self.config.local_dir) / f"model_world_size_{world_size}_rank_0.pt")
+
     def _load_and_merge_state_dicts(self, world_size: int, total_shards: int, mesh_shape: tuple[int, ...],
                                     mesh_dim_names: tuple[str, ...]) -> dict[str, torch.Tensor]:
         """Each parameter joined from its rank files as they are, cast only when asked."""
         if len(mesh_shape) != 1:
             raise NotImplementedError("FSDP + TP checkpoints cannot be merged (verl's merger cannot either)")
         folder = Path(self.config.local_dir)
-        ranks = [torch.load(folder / f"model_world_size_{world_size}_rank_{rank}.pt", map_location="cpu",
-                            weights_only=False) for rank in range(total_shards)]
+        ranks = [load_shard(folder / f"model_world_size_{world_size}_rank_{rank}.pt") for rank in range(total_shards)]
         merged = {}
         for key in list(ranks[0]):
             pieces = [rank.pop(key) for rank in ranks]
@@ -107,7 +156,11 @@ def main(argv: list[str] | None = None) -> int:
                                target_dir=args.target_dir,
                                hf_model_config_path=os.path.join(args.local_dir, "huggingface"))
     merger = DtypeKeepingFSDPMerger(config, args.dtype)
-    merger.merge_and_save()
+    try:
+        merger.merge_and_save()
+    except CheckpointRefused as err:
+        print(f"[export] error: {err}", file=sys.stderr)
+        return 1
     merger.cleanup()
     how = "the checkpoint's dtype" if args.dtype == KEEP else f"cast by --dtype {args.dtype}"
     saved = str(merger.saved_dtype).removeprefix("torch.")

@@ -14,6 +14,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from recipes import folder_guard
+
 # Bump when anything below changes: the cache key.
 _VERSION = "qwen2.5-offline-1"
 
@@ -151,8 +153,8 @@ def _write_atomically(target: Path, fill) -> Path:
         try:
             os.rename(tmp, target)
         except OSError:  # someone else finished first (or target exists): keep theirs
-            if not (target / ".complete").exists():
-                shutil.rmtree(target, ignore_errors=True)
+            if not (target / ".complete").exists():  # an empty folder is replaced; anyone's files are refused
+                folder_guard.remove(target, "tiny_qwen2")
                 os.rename(tmp, target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -18,7 +18,7 @@ from verl.experimental.agent_loop.tool_parser import FunctionCall, HermesToolPar
 from verl.utils.ray_utils import get_event_loop
 from verl.utils.rollout_trace import rollout_trace_op
 
-from recipes.trajectory import TOOL_CALL_BLOCK, read_tool_call
+from recipes.trajectory import read_tool_call, tool_call_bodies, without_tool_calls
 
 PARSER_NAME = "hermes_with_feedback"
 
@@ -37,8 +37,8 @@ class HermesWithFeedbackToolParser(HermesToolParser):
         if self.tool_call_start_token not in text:
             return text, []
         special = [t for t in self.tokenizer.all_special_tokens if t in text]  # an unclosed call runs into <|im_end|>
-        bodies = [self._without(body, special) for body in TOOL_CALL_BLOCK.findall(text)]
-        return TOOL_CALL_BLOCK.sub("", text), [parse_call(body) for body in bodies]
+        bodies = [self._without(body, special) for body in tool_call_bodies(text)]
+        return without_tool_calls(text), [parse_call(body) for body in bodies]
 
     @staticmethod
     def _without(body: str, tokens: list[str]) -> str:

@@ -19,6 +19,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from recipes import folder_guard
 from recipes.harness.qwen_tokenizer import QWEN25_CHAT_TEMPLATE
 
 SPECIAL = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
@@ -107,6 +108,8 @@ def build_from_rows(rows: list[dict], out_dir: Path, seed: int, shape: dict | No
 
     from recipes.tool_sets import TOOL_SETS, get_tool_set
 
+    folder_guard.checked(out_dir, "small_model", "--out_dir")  # before the build: it replaces only its own
+
     schemas = get_tool_set("calculator").chat_schemas()
     renderer = _wrap(build_tokenizer([], []))  # the chat template alone, to render prompts as text
 
@@ -122,7 +125,8 @@ def build_from_rows(rows: list[dict], out_dir: Path, seed: int, shape: dict | No
     try:
         save_tokenizer(build_tokenizer(corpus, fixed_pieces(render, rows)), tmp)
         params = save_model(tmp, AutoTokenizer.from_pretrained(str(tmp)), seed, shape)
-        shutil.rmtree(out_dir, ignore_errors=True)
+        folder_guard.remove(out_dir, "small_model", "--out_dir")  # only an earlier build of it (or an empty one)
+        folder_guard.mark(tmp, "small_model")
         tmp.rename(out_dir)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -155,7 +159,10 @@ def main(argv: list[str] | None = None) -> int:
              "num_hidden_layers": args.layers}
     out = Path(args.out_dir)
     out.parent.mkdir(parents=True, exist_ok=True)
-    params = build(Path(args.data_dir), out, args.seed, shape)
+    try:
+        params = build(Path(args.data_dir), out, args.seed, shape)
+    except folder_guard.FolderRefused as err:
+        p.error(str(err))
     print(f"[small_model] {describe(shape)}: {params:,} parameters (fp32) and tokenizer -> {out}")
     return 0
 

@@ -17,7 +17,9 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import ClassVar
 
+from recipes import folder_guard
 from recipes.constants import REPO_ROOT
+from recipes.folder_guard import FolderRefused
 from recipes.harness.learning.sft import NOT_CONVERGED
 
 TASKS = ("one_step", "chain")
@@ -143,17 +145,20 @@ class Stages:
     # ---- the stages before GRPO -----------------------------------------------------------------------------------
 
     def prepare(self) -> None:
-        """WORK_DIR cleared (an SFT_MODEL inside it kept), the task, its data prep tools on and tools off."""
+        """WORK_DIR cleared (an SFT_MODEL inside it kept), the task, its data prep tools on and tools off. Only a
+        WORK_DIR the check made (or a new or empty one) is cleared: recipes/folder_guard.py."""
         k = self.knobs
+        if k.sft_model and not (Path(k.sft_model) / "config.json").is_file():
+            raise LearnError(f"SFT_MODEL={k.sft_model} is not a model folder (no config.json); nothing was changed")
+        try:
+            folder_guard.checked(k.work_dir, self.NAME, "WORK_DIR")
+        except FolderRefused as err:
+            raise LearnError(str(err)) from None
         kept = None
-        if k.sft_model:  # checked and set aside before WORK_DIR is cleared: it may lie inside the last run's
-            if not (Path(k.sft_model) / "config.json").is_file():
-                raise LearnError(f"SFT_MODEL={k.sft_model} is not a model folder (no config.json); nothing "
-                                 "was changed")
+        if k.sft_model:  # set aside before WORK_DIR is cleared: it may lie inside the last run's
             kept = Path(tempfile.mkdtemp(prefix=f"{self.NAME}_sft."))
             shutil.copytree(k.sft_model, kept, dirs_exist_ok=True)
-        shutil.rmtree(k.work, ignore_errors=True)
-        k.work.mkdir(parents=True)
+        folder_guard.clear(k.work_dir, self.NAME, "WORK_DIR")
         if kept is not None:
             shutil.move(str(kept), k.work / "model_sft")
         self.python("-m", "recipes.harness.learning.task", "--task", k.task, "--out_dir", str(k.work / "task"),
