@@ -15,12 +15,13 @@ import time
 
 import pytest
 
+from data_prep.gsm8k_rows import DATA_SOURCE
 from recipes.answers import REWARD_KEYS, extract_answer
-from recipes.constants import CALCULATOR, DATA_SOURCE
 from recipes.harness.qwen_tokenizer import load_qwen25_tokenizer
 from recipes.rollout.reward import compute_score
 from recipes.rollout.tool_parser import HermesWithFeedbackToolParser
 from recipes.trajectory import chat_messages, count_tool_errors, mask_runs
+from tools.calculator import NAME as CALCULATOR
 
 
 def call(arguments: str, name: str = '"calculator"') -> str:
