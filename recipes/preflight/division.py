@@ -27,8 +27,6 @@ def division_problems(config: DictConfig) -> list[str]:
     prompts = int(_get(config, "data.train_batch_size", 1))
     mini = int(_get(config, "actor_rollout_ref.actor.ppo_mini_batch_size", prompts))
     trajectories, update = prompts * n, mini * n
-    if _get(config, "trainer.val_only", False):
-        trajectories = update = gpus  # nothing is trained: only the engines must fit the GPUs
     if _divides(gpus, trajectories, update, tp):
         return []
     where = f"{nodes} nodes x {per_node} GPUs" if nodes > 1 else f"{per_node} GPU{'s' if per_node > 1 else ''}"

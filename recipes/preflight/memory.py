@@ -52,7 +52,18 @@ DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "fl
 A = "actor_rollout_ref"
 
 
-def _get(config: DictConfig, key: str, default=None):
+class _Changed:
+    """A config read with some keys changed, without copying it: a fix is tried dozens of times."""
+
+    def __init__(self, config: DictConfig, updates: dict):
+        self.config, self.updates = config, updates
+
+
+def _get(config: DictConfig | _Changed, key: str, default=None):
+    if isinstance(config, _Changed):
+        if key in config.updates:
+            return config.updates[key]
+        config = config.config
     value = OmegaConf.select(config, key)
     return default if value is None else value
 
@@ -61,9 +72,10 @@ def gpu_memory(environ=None) -> tuple[float, str]:
     """(GiB of the smallest visible GPU, where that figure comes from): nvidia-smi where it answers, else the
     GPU_MEMORY_GB knob, else DEFAULT_GPU_MEMORY_GB."""
     environ = os.environ if environ is None else environ
-    if shutil.which("nvidia-smi") and not environ.get("PREFLIGHT_VISIBLE_GPUS"):
+    smi = shutil.which("nvidia-smi", path=environ.get("PATH"))
+    if smi and not environ.get("PREFLIGHT_VISIBLE_GPUS"):  # the tests' and odd clusters' GPU count: no real GPU
         try:
-            out = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+            out = subprocess.run([smi, "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
                                  capture_output=True, text=True, timeout=30).stdout
             sizes = [float(line) / 1024 for line in out.split() if line.strip().replace(".", "", 1).isdigit()]
         except (OSError, subprocess.SubprocessError):
@@ -174,15 +186,15 @@ def forward_activation_bytes(config: DictConfig, size: ModelSize, tokens: int, e
             + _attention_mask_bytes(config, tokens))
 
 
-def plan_memory(config: DictConfig, size: ModelSize, size_source: str, gpu: float, gpu_source: str) -> MemoryPlan:
-    from recipes.preflight.rollout_checks import lora_rank
-
+def plan_memory(config: DictConfig | _Changed, size: ModelSize, size_source: str, gpu: float,
+                gpu_source: str) -> MemoryPlan:
     actor, rollout = f"{A}.actor", f"{A}.rollout"
     fsdp = f"{actor}.fsdp_config"
     world = int(_get(config, "trainer.nnodes", 1)) * int(_get(config, "trainer.n_gpus_per_node", 1))
     fsdp_size = int(_get(config, f"{fsdp}.fsdp_size", -1))
     shard = fsdp_size if 0 < fsdp_size <= world else world
-    rank = lora_rank(config)
+    # verl reads two LoRA blocks (FSDP: model.lora_rank; Megatron: model.lora.rank), as rollout_checks.lora_rank
+    rank = max(int(_get(config, f"{A}.model.lora_rank", 0) or 0), int(_get(config, f"{A}.model.lora.rank", 0) or 0))
     trainable = size.lora_parameters(rank) if rank else size.parameters
     param_bytes = DTYPE_BYTES.get(str(_get(config, f"{fsdp}.model_dtype", "fp32")), 4)
     training = not _get(config, "trainer.val_only", False)
@@ -194,6 +206,8 @@ def plan_memory(config: DictConfig, size: ModelSize, size_source: str, gpu: floa
     param_off = bool(_get(config, f"{fsdp}.param_offload", False)) or cpu_policy
     optim_off = bool(_get(config, f"{fsdp}.optimizer_offload", False)) or cpu_policy
     where = f"LoRA rank {rank}: gradients and Adam for the adapters only" if rank else "full fine-tuning"
+    if not training:
+        where = "an evaluation: no gradients, no Adam"
     if param_off or optim_off:
         moved = " and ".join(x for x, on in (("parameters", param_off), ("Adam", optim_off)) if on)
         where += f"; {moved} on the CPU between phases"
@@ -263,20 +277,13 @@ MICRO_KEYS = (f"{A}.actor.ppo_micro_batch_size_per_gpu", f"{A}.rollout.log_prob_
               f"{A}.ref.log_prob_micro_batch_size_per_gpu")
 
 
-def _changed(config: DictConfig, updates: dict) -> DictConfig:
-    copy = OmegaConf.create(OmegaConf.to_container(config, resolve=True))
-    for key, value in updates.items():
-        OmegaConf.update(copy, key, value, force_add=True)
-    return copy
-
-
 def _fits(config: DictConfig, plan: MemoryPlan, updates: dict, size: ModelSize | None = None,
           source: str | None = None) -> MemoryPlan | None:
     """The plan with these changes, and smaller micro-batches if they need them, when it fits with FIX_MARGIN."""
     micro = max(int(_get(config, key, 1)) for key in MICRO_KEYS)
     while True:
         changed = {**updates, **{key: min(micro, int(_get(config, key, micro))) for key in MICRO_KEYS}}
-        found = plan_memory(_changed(config, changed), size or plan.size, source or plan.size_source, plan.gpu,
+        found = plan_memory(_Changed(config, changed), size or plan.size, source or plan.size_source, plan.gpu,
                             plan.gpu_source)
         if found.peak <= FIX_MARGIN * plan.gpu:
             found.changes = changed
