@@ -81,6 +81,7 @@ def check_hub_model(config: DictConfig, report: Report, environ=None) -> None:
     if cached:
         report.note(f"model: {model} is in {where} ({asked})")
     else:
+        guess = _did_you_mean(model)
         report.error(f"actor_rollout_ref.model.path: {model} is not in {where} ({asked}), so the launch could not "
-                     f"load it{_did_you_mean(model)}; otherwise download it where the hub can be reached (hf download "
-                     f"{model}) into this cache, or set MODEL_PATH to a model folder")
+                     f"load it{guess}{' Otherwise download' if guess else '; download'} it where the hub can be "
+                     f"reached (hf download {model}) into this cache, or set MODEL_PATH to a model folder")
