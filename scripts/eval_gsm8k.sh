@@ -35,7 +35,17 @@ PYTHON=${PYTHON:-}                     # empty: the active venv, else the projec
 # -----------------------------------------------------------------------------------------------------
 EVAL_OVERRIDES=()
 case "$DEVICE" in
-  gpu) use_python auto ;;
+  gpu)
+    use_python auto
+    # as many GPUs as this node shows (CUDA_VISIBLE_DEVICES, else nvidia-smi), not the profile's 8; N_GPUS_PER_NODE wins
+    if [ -z "${N_GPUS_PER_NODE:-}" ]; then
+      if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then
+        N_GPUS_PER_NODE=$(tr ',' '\n' <<<"$CUDA_VISIBLE_DEVICES" | grep -c .)
+      elif command -v nvidia-smi >/dev/null; then
+        N_GPUS_PER_NODE=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
+      fi
+      if [ "${N_GPUS_PER_NODE:-0}" -gt 0 ]; then export N_GPUS_PER_NODE; else unset N_GPUS_PER_NODE; fi
+    fi ;;
   cpu)  # the CPU platform, engine and Hugging Face rollout server; a CPU profile (cpu_smoke or cpu_learn) sizes them
     use_python cpu
     export PROFILE=${PROFILE:-cpu_smoke}

@@ -26,12 +26,15 @@ TOOL_SET=${TOOL_SET:-calculator}                 # config/tool_config/<TOOL_SET>
 MODEL_PATH=${MODEL_PATH:-}                       # empty: the profile's model
 N_GPUS_PER_NODE=${N_GPUS_PER_NODE:-}             # empty: the profile's
 NNODES=${NNODES:-}                               # empty: the profile's
+GPU_MEMORY_GB=${GPU_MEMORY_GB:-}                 # the memory plan's GPU where nvidia-smi does not answer (planning
+                                                 # for another node); empty: 80
 TRACE=${TRACE:-}                                 # on | off; empty: the profile's (on, except smoke tests)
 TRACE_GB_PER_DAY=${TRACE_GB_PER_DAY:-}           # e.g. 2: trace the whole GRPO groups a step that fit this many
                                                  # GB of traces a day (at least one; docs/tracing.md); empty: the
                                                  # config's rate (1 prompt per agent-loop worker)
 LOGGER=${LOGGER:-}                               # e.g. console or console,wandb; empty: the profile's
-EXPERIMENT_NAME=${EXPERIMENT_NAME:-}             # empty: gsm8k_<TOOL_SET>_<PROFILE>
+EXPERIMENT_NAME=${EXPERIMENT_NAME:-}             # empty: gsm8k_<TOOL_SET>_<model>_<PROFILE>, <model> being the
+                                                 # model's name (its hub id's or folder's last part)
 OUTPUT_DIR=${OUTPUT_DIR:-}                       # checkpoints, dumps; multi-node: shared storage; empty:
                                                  # outputs/<EXPERIMENT_NAME> in this repo
 PUBLISH_EVALS=${PUBLISH_EVALS:-0}                # 1: publish each validation to Weave as an Evaluation while training
@@ -57,7 +60,7 @@ STOP_WAIT_MINUTES=${STOP_WAIT_MINUTES:-15}       # SIGTERM, SIGINT or SIGUSR1: f
                                                  # within this many minutes stops at once; 0: always at once
 # -----------------------------------------------------------------------------------------------------
 
-export PROFILE DATA_DIR TOOL_SET MODEL_PATH N_GPUS_PER_NODE NNODES TRACE TRACE_GB_PER_DAY LOGGER EXPERIMENT_NAME \
-  OUTPUT_DIR PUBLISH_EVALS TRACE_RELAY TRACE_SPOOL PYTHON DRY_RUN DRY_RUN_CONFIG SUBMIT CHECK_ONLY STALL_MINUTES \
-  STALL_ACTION STOP_WAIT_MINUTES
+export PROFILE DATA_DIR TOOL_SET MODEL_PATH N_GPUS_PER_NODE NNODES GPU_MEMORY_GB TRACE TRACE_GB_PER_DAY LOGGER \
+  EXPERIMENT_NAME OUTPUT_DIR PUBLISH_EVALS TRACE_RELAY TRACE_SPOOL PYTHON DRY_RUN DRY_RUN_CONFIG SUBMIT CHECK_ONLY \
+  STALL_MINUTES STALL_ACTION STOP_WAIT_MINUTES
 PYTHONPATH="$REPO_ROOT${PYTHONPATH:+:$PYTHONPATH}" exec "$PYTHON" -m recipes.launch "$@"

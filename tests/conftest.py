@@ -1,12 +1,16 @@
 """Fixtures shared across the suite. Test doubles live in tests/testkit/ (imported as `testkit`, pyproject.toml's
 pytest pythonpath); the stand-ins benchmarks need too are product, in recipes/harness/standins/."""
 
+import atexit
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from recipes.constants import SHARED_GSM8K_DIR
+from testkit.hf_cache import write_hub_cache
 
 # Never talk to W&B from tests: no error reports, no runs, no traffic off this machine.
 os.environ.setdefault("WANDB_ERROR_REPORTING", "false")
@@ -15,6 +19,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("WEAVE_PRINT_CALL_LINK", "false")
+
+# The suite's own Hugging Face cache, holding the Qwen2.5 models' config.json as a download leaves it: a launch with
+# HF_HUB_OFFLINE=1 finds the recipe's hub models there, as on a node that downloaded them (recipes/preflight/
+# hub_model.py), whatever cache the machine running the tests has.
+_HUB_CACHE = tempfile.mkdtemp(prefix="recipe-tests-hf-cache-")
+atexit.register(shutil.rmtree, _HUB_CACHE, ignore_errors=True)
+os.environ["HF_HUB_CACHE"] = str(write_hub_cache(Path(_HUB_CACHE)))
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # the test doubles import in the processes tests start too (a smoke's Ray workers load testkit.trace_fault)
@@ -41,13 +52,21 @@ def mini_gsm8k_dir() -> Path:
     return MINI_GSM8K
 
 
+PREPARED_TRAIN_ROWS = 520  # a step of every profile (multinode: 512 prompts); the preflight refuses 0 steps
+
+
 @pytest.fixture(scope="session")
 def prepared_data_dir(mini_gsm8k_dir, tmp_path_factory) -> Path:
-    """Parquet from the small fixture, written by the real data prep (calculator tool set)."""
+    """Parquet written by the real data prep (calculator tool set) from the small fixture, its training rows
+    repeated to PREPARED_TRAIN_ROWS (its 4 test rows as they are)."""
     from data_prep import gsm8k
 
+    source = tmp_path_factory.mktemp("gsm8k_source")
+    lines = (mini_gsm8k_dir / "train.jsonl").read_text().splitlines()
+    (source / "train.jsonl").write_text("\n".join(lines[i % len(lines)] for i in range(PREPARED_TRAIN_ROWS)) + "\n")
+    shutil.copy(mini_gsm8k_dir / "test.jsonl", source / "test.jsonl")
     out = tmp_path_factory.mktemp("gsm8k_prepared")
-    assert gsm8k.main(["--input_dir", str(mini_gsm8k_dir), "--local_save_dir", str(out)]) == 0
+    assert gsm8k.main(["--input_dir", str(source), "--local_save_dir", str(out)]) == 0
     return out
 
 

@@ -13,6 +13,7 @@ import pytest
 from data_prep import gsm8k
 from recipes import folder_guard
 from recipes.results.scoring import pass_at_k
+from testkit.hf_cache import write_cached_model
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -34,8 +35,10 @@ def pass_at_4_dry_run(prepared_data_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("eval") / "ev"
     folder_guard.claim(out / "validation", "eval_gsm8k")  # as an earlier evaluation left it: marked as its own
     (out / "validation" / "0.jsonl").write_text(EARLIER)
+    hub_cache = tmp_path_factory.mktemp("hub")
+    write_cached_model(hub_cache, "org/My-Model", {})  # downloaded: the preflight finds it (HF_HUB_OFFLINE=1)
     proc = eval_dry_run(prepared_data_dir, OUTPUT_DIR=str(out), VAL_N="4", VAL_TEMPERATURE="1.0",
-                        MODEL_PATH="org/My-Model", OVERWRITE="1")
+                        MODEL_PATH="org/My-Model", OVERWRITE="1", HF_HUB_CACHE=str(hub_cache))
     assert proc.returncode == 0, proc.stderr
     return proc, out
 

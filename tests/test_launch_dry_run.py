@@ -22,6 +22,7 @@ from testkit.launcher import clean_environ, override_dict, plan, run_script
 
 PROFILES = sorted(p.stem for p in PROFILE_DIR.glob("*.yaml"))
 DEFAULT_PROFILE = "8xh100"  # scripts/run_gsm8k_grpo.sh's PROFILE default: the conftest's default_dry_run
+DEFAULT_EXPERIMENT = "gsm8k_calculator_Qwen2.5-3B-Instruct_8xh100"  # gsm8k_<tool set>_<model>_<profile>
 
 
 SUBMITTER_KNOBS = {"OUTPUT_DIR": "/shared/runs/x", "DRY_RUN": "1", "PUBLISH_EVALS": "1", "EXPERIMENT_NAME": "exp1"}
@@ -49,11 +50,15 @@ def test_profiles_cover_what_users_need():
 
 
 @pytest.mark.parametrize("profile", PROFILES)
-def test_every_profile_dry_runs(prepared_data_dir, default_dry_run, request, profile):
+def test_every_profile_dry_runs(prepared_data_dir, default_dry_run, request, tmp_path, profile):
     if profile == DEFAULT_PROFILE:
         planned = default_dry_run
     elif profile == "multinode":  # several nodes need shared outputs: that launch sets OUTPUT_DIR
         planned = request.getfixturevalue("multinode_dry_run")
+    elif profile == "gpu_learn":  # scripts/learn_gpu.sh gives it the learning check's small model
+        (tmp_path / "small").mkdir()
+        (tmp_path / "small" / "config.json").write_text("{}")
+        planned = plan(prepared_data_dir, PROFILE=profile, DRY_RUN="1", MODEL_PATH=str(tmp_path / "small"))
     else:
         planned = plan(prepared_data_dir, PROFILE=profile, DRY_RUN="1")
     assert planned.preflight.ok, planned.err
@@ -106,7 +111,7 @@ def test_default_launch_is_the_recipe(default_dry_run):
     assert overrides["actor_rollout_ref.rollout.multi_turn.tool_config_path"] == \
         f"{REPO_ROOT}/config/tool_config/calculator.yaml"
     assert overrides["reward.custom_reward_function.path"] == f"{REPO_ROOT}/recipes/rollout/reward.py"
-    assert overrides["trainer.default_local_dir"] == f"{REPO_ROOT}/outputs/gsm8k_calculator_8xh100/checkpoints"
+    assert overrides["trainer.default_local_dir"] == f"{REPO_ROOT}/outputs/{DEFAULT_EXPERIMENT}/checkpoints"
     # the recipe's values come from its YAML, not from the launcher
     assert "actor_rollout_ref.rollout.n" not in overrides and "data.train_batch_size" not in overrides
     config = default_dry_run.launch.config
@@ -131,7 +136,7 @@ def test_the_dry_run_plan_says_what_the_launch_would_do(default_dry_run, prepare
     assert planned.row("batch").startswith("256 prompts x 16 samples = 4096 trajectories per step")
     assert planned.row("tracing").startswith(  # its volume: tests/test_trace_volume.py
         "weave, 16 GRPO group(s) a step (1 prompt(s) on each of the 16 agent-loop workers, all 16 rollouts")
-    assert planned.row("outputs").startswith(f"{REPO_ROOT}/outputs/gsm8k_calculator_8xh100 (checkpoints/")
+    assert planned.row("outputs").startswith(f"{REPO_ROOT}/outputs/{DEFAULT_EXPERIMENT} (checkpoints/")
     # why verl's deprecated trainer: said once, where verl's own warning would otherwise puzzle
     assert planned.row("trainer").startswith("legacy (trainer.use_v1=false), on purpose: verl 0.9.1's V1 trainer")
 
@@ -349,7 +354,7 @@ def test_the_plan_says_when_nothing_is_checkpointed():
 def test_hydras_run_folder_goes_under_the_outputs_not_the_repo(default_dry_run, multinode_dry_run):
     """main_ppo's hydra writes its log and composed config to hydra.run.dir, by default ./outputs/<date>/<time>/
     in the repo root (the launcher's cwd), whatever OUTPUT_DIR says; tests/test_e2e_cpu.py sees where it lands."""
-    for planned, output_dir in ((default_dry_run, f"{REPO_ROOT}/outputs/gsm8k_calculator_8xh100"),
+    for planned, output_dir in ((default_dry_run, f"{REPO_ROOT}/outputs/{DEFAULT_EXPERIMENT}"),
                                 (multinode_dry_run, "/shared/runs/x")):
         run_dir = override_dict(planned.launch.overrides)["hydra.run.dir"]
         assert run_dir == output_dir + "/hydra/${now:%Y-%m-%d_%H-%M-%S}"

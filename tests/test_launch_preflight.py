@@ -45,4 +45,5 @@ def test_a_default_launch_traces_on_the_trainer_that_records(launcher_overrides)
     config = compose_config(launcher_overrides)
     trace = config.actor_rollout_ref.rollout.trace
     assert (trace.backend, trace.token2text, config.trainer.use_v1) == ("weave", True, False)
-    assert (trace.project_name, trace.experiment_name) == (config.trainer.project_name, "gsm8k_calculator_8xh100")
+    assert (trace.project_name, trace.experiment_name) == \
+        (config.trainer.project_name, "gsm8k_calculator_Qwen2.5-3B-Instruct_8xh100")

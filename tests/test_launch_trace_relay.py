@@ -98,7 +98,7 @@ def what_hung(launcher: subprocess.Popen, hung: subprocess.TimeoutExpired, relay
 
 def test_the_plan_names_the_relays_it_would_start(prepared_data_dir, default_dry_run):
     relay = default_dry_run.launch.relay
-    run_dir = f"{REPO_ROOT}/outputs/gsm8k_calculator_8xh100"  # the default OUTPUT_DIR
+    run_dir = f"{REPO_ROOT}/outputs/gsm8k_calculator_Qwen2.5-3B-Instruct_8xh100"  # the default OUTPUT_DIR
     assert (relay.cluster, relay.spool, relay.log, relay.offline) == (False, f"{run_dir}/trace_spool",
                                                                      f"{run_dir}/trace_relay.log", False)
     assert f"-m recipes.trace_relay serve --spool {run_dir}/trace_spool " in relay.describe()
@@ -117,7 +117,7 @@ def test_an_air_gapped_cluster_keeps_traces_on_every_node(prepared_data_dir):
                    OUTPUT_DIR="/shared/runs/b", TRACE_RELAY="offline", WANDB_ENTITY="me")
     assert planned.preflight.ok, planned.err
     relay = planned.launch.relay
-    spool = "/var/tmp/gsm8k_recipe_traces/gsm8k_calculator_multinode"
+    spool = "/var/tmp/gsm8k_recipe_traces/gsm8k_calculator_Qwen2.5-3B-Instruct_multinode"
     assert (relay.cluster, relay.offline, relay.spool) == (True, True, spool)
     assert f"--spool {spool}/<node>" in relay.describe()
 

@@ -60,7 +60,7 @@ def test_the_launch_says_where_the_traces_are(default_dry_run):
 
     line = traces_line(default_dry_run.launch)
     assert line.startswith("Weave traces: ") and "/gsm8k_tool_grpo/weave" in line
-    assert "experiment_name=gsm8k_calculator_8xh100" in line
+    assert "experiment_name=gsm8k_calculator_Qwen2.5-3B-Instruct_8xh100" in line
     assert "this node's trace relay" in line  # TRACE_RELAY=auto, the default
 
 

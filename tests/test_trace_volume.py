@@ -112,6 +112,6 @@ def test_a_dry_run_with_a_budget_plans_it_and_says_when_it_clamps(prepared_data_
     assert OmegaConf.select(planned.launch.config, v.GROUPS_KEY) == 1  # the plan and the written config say so
     assert planned.row("tracing").startswith(
         "weave, 1 GRPO group(s) a step (1 prompt on 1 of the 16 agent-loop workers, in turn, all 16 rollouts")
-    refused = plan(prepared_data_dir, DRY_RUN="1", TRACE_GB_PER_DAY="1", TRACE="off")
+    refused = plan(prepared_data_dir, DRY_RUN="1", TRACE_GB_PER_DAY="1", PROFILE="1gpu_smoke")  # it traces nothing
     assert not refused.preflight.ok and "[preflight] ERROR: TRACE_GB_PER_DAY=1 but this run traces nothing" \
-        in refused.err
+        in refused.err and "[preflight] ok" not in refused.err

@@ -21,11 +21,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from recipes.models import BF16_BYTES, QWEN25_CONFIGS, ModelSize, table_entry
+
 # What the census was read from; a GPU env with other versions needs it read again (tests/gpu_env/census_check.py).
 READ_FROM = {"sglang": "0.5.12", "flashinfer-python": "0.6.11.post1"}
 # FlashInfer's cache folder for an H100/H200: it builds for 9.0a there (flashinfer/compilation_context.py).
 FLASHINFER_ARCH_DIR = "90a"
-BF16_BYTES = 2
 # Module.only_if: FlashInfer falls back to its CUDA norm module (flashinfer/norm/__init__.py:71)
 CUDA_NORM = "FlashInfer's CuTe DSL norm kernels do not import (no nvidia-cutlass-dsl) or FLASHINFER_USE_CUDA_NORM=1"
 
@@ -49,14 +50,10 @@ class ModelShape:
         return self.kv_heads * self.head_dim * BF16_BYTES
 
 
-# Qwen2.5 -Instruct and base models share these (num_attention_heads, num_key_value_heads, hidden_size / heads):
-# 0.5B 896/14, 1.5B 1536/12, 3B 2048/16, 7B 3584/28. The recipe runs 0.5B (1gpu_smoke) and 3B (the default).
-QWEN25 = (
-    ModelShape("Qwen2.5-0.5B", heads=14, kv_heads=2, head_dim=64),
-    ModelShape("Qwen2.5-1.5B", heads=12, kv_heads=2, head_dim=128),
-    ModelShape("Qwen2.5-3B", heads=16, kv_heads=2, head_dim=128),
-    ModelShape("Qwen2.5-7B", heads=28, kv_heads=4, head_dim=128),
-)
+# The Qwen2.5 sizes (recipes/models.py, their one home) as attention shapes. The recipe runs 0.5B (1gpu_smoke) and
+# 3B (the default).
+QWEN25 = tuple(ModelShape(name, heads=size.heads, kv_heads=size.kv_heads, head_dim=size.head_dim)
+               for name, size in ((n, ModelSize.from_config(n, c)) for n, c in QWEN25_CONFIGS.items()))
 
 
 @dataclass(frozen=True)
@@ -136,11 +133,8 @@ def shape_of(model: str, config: dict | None = None) -> ModelShape | None:
         heads = int(config["num_attention_heads"])
         head_dim = int(config.get("head_dim") or int(config["hidden_size"]) // heads)
         return ModelShape(model, heads, int(config.get("num_key_value_heads") or heads), head_dim)
-    base = model.rstrip("/").rsplit("/", 1)[-1].lower()
-    for shape in QWEN25:
-        if base == shape.name.lower() or base.startswith(shape.name.lower() + "-"):
-            return shape
-    return None
+    entry = table_entry(model)
+    return next((shape for shape in QWEN25 if entry and shape.name == entry[0]), None)
 
 
 @dataclass(frozen=True)

@@ -107,11 +107,13 @@ def submit(launch: Launch, environ) -> int:
 def train(launch: Launch, environ) -> int:
     from omegaconf import OmegaConf
 
+    from recipes.export.provenance import write_run_record
     from recipes.launch.plan import LEGACY_TRAINER_NOTE
     from recipes.launch.training import run_training
 
     if not check_launch(launch, environ=environ).ok:
         return 1
+    write_run_record(launch.config)  # what the checkpoints will be of: a resume of another model is refused
     _say_where_traces_go(launch, volume=True)
     if not OmegaConf.select(launch.config, "trainer.use_v1"):
         print(f"[launch] trainer: {LEGACY_TRAINER_NOTE}", file=sys.stderr)

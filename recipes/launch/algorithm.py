@@ -11,69 +11,15 @@ data.val_max_samples rows drawn at random (verl's data.seed is unset, so a new d
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass
-from pathlib import Path
-
 from omegaconf import DictConfig, OmegaConf
 
+from recipes.preflight.schedule import ACTOR, rows_of, schedule_of
+
 REFERENCE_PROFILE = "8xh100"  # the recipe's own values (config/profile/8xh100.yaml changes nothing)
-ACTOR = "actor_rollout_ref.actor"
 
 
 def _get(config: DictConfig, key: str):
     return OmegaConf.select(config, key)
-
-
-def _rows(files) -> int | None:
-    """Rows of the parquet files as written (their metadata, nothing read); None when a file is not there."""
-    import pyarrow.parquet as pq
-
-    total = 0
-    for file in [files] if isinstance(files, str) else list(files or []):
-        path = Path(os.path.expanduser(str(file)))
-        if not path.is_file():
-            return None
-        total += pq.read_metadata(path).num_rows
-    return total
-
-
-@dataclass(frozen=True)
-class Schedule:
-    prompts: int  # per step
-    n: int  # samples per prompt
-    mini_batch: int  # prompts per actor update
-    updates_per_step: int
-    rows: int | None  # training rows (None: the file is not there yet)
-    steps_per_epoch: int | None
-    epochs: int
-    steps: int | None  # None: depends on rows not known
-    lr: float
-
-    @property
-    def updates(self) -> int | None:
-        return None if self.steps is None else self.steps * self.updates_per_step
-
-    @property
-    def trajectories_per_update(self) -> int:
-        return self.mini_batch * self.n
-
-
-def schedule_of(config: DictConfig) -> Schedule:
-    prompts = _get(config, "data.gen_batch_size") or _get(config, "data.train_batch_size")
-    mini = _get(config, f"{ACTOR}.ppo_mini_batch_size")
-    rows = _rows(_get(config, "data.train_files"))
-    cap = _get(config, "data.train_max_samples") or -1
-    if rows is not None and 0 < cap < rows:
-        rows = cap
-    per_epoch = rows // prompts if rows is not None else None
-    epochs = _get(config, "trainer.total_epochs")
-    fixed = _get(config, "trainer.total_training_steps")
-    steps = fixed if fixed else (per_epoch * epochs if per_epoch is not None else None)
-    updates = max(1, _get(config, "data.train_batch_size") // mini) * (_get(config, f"{ACTOR}.ppo_epochs") or 1)
-    return Schedule(prompts=prompts, n=_get(config, "actor_rollout_ref.rollout.n"), mini_batch=mini,
-                    updates_per_step=updates, rows=rows, steps_per_epoch=per_epoch, epochs=epochs, steps=steps,
-                    lr=_get(config, f"{ACTOR}.optim.lr"))
 
 
 def algorithm_line(config: DictConfig) -> str:
@@ -100,7 +46,7 @@ def steps_text(config: DictConfig) -> str:
 
 def validation_line(config: DictConfig) -> str:
     """How many questions validation scores, how, and at what length."""
-    rows = _rows(_get(config, "data.val_files"))
+    rows = rows_of(_get(config, "data.val_files"))
     cap = _get(config, "data.val_max_samples") or -1
     if cap > 0 and (rows is None or cap < rows):
         of = "" if rows is None else f" of {rows}"

@@ -102,13 +102,16 @@ def check_launch(launch: Launch, out=None, environ: dict | None = None):
     from recipes.preflight.run import run_preflight
 
     environ = os.environ if environ is None else environ
+    out = out or sys.stderr
+    budget = None
+    if launch.knobs.trace_gb_per_day and not launch.job:  # a job got the budget's overrides from its submitter
+        def budget(config, report):
+            _apply_trace_budget(launch, config, report, out)
     preflight = run_preflight(launch.overrides, launch=launch.mode in (TRAIN, CHECK_ONLY), submit=launch.mode == SUBMIT,
-                              traces_offline=launch.knobs.traces_kept_offline, out=out)
+                              traces_offline=launch.knobs.traces_kept_offline, out=out, also=budget)
     if preflight.config is None:
         return preflight
     launch.config = preflight.config
-    if launch.knobs.trace_gb_per_day and not launch.job and preflight.ok:  # a job got them from its submitter
-        _apply_trace_budget(launch, preflight, out or sys.stderr)
     launch.relay = relay_plan(launch.knobs, preflight.config, launch.cluster, environ)
     if launch.cluster:
         sizing = [key for key in CLUSTER_SIZING
@@ -120,21 +123,19 @@ def check_launch(launch: Launch, out=None, environ: dict | None = None):
     return preflight
 
 
-def _apply_trace_budget(launch: Launch, preflight, out) -> None:
-    """TRACE_GB_PER_DAY into main_ppo's overrides and the composed config; a budget that cannot apply stops the
-    launch as a preflight error does (one line)."""
+def _apply_trace_budget(launch: Launch, config, report, out) -> None:
+    """TRACE_GB_PER_DAY into main_ppo's overrides and the composed config, as a check of the preflight: a budget
+    that cannot apply stops the launch as any preflight error does (one line, before any verdict)."""
     from recipes.launch import trace_budget
     from recipes.tracing.volume import TraceBudgetError
 
     try:
-        overrides, note = trace_budget.budget_overrides(launch.config, launch.knobs.trace_gb_per_day,
-                                                        launch.user_overrides)
+        overrides, note = trace_budget.budget_overrides(config, launch.knobs.trace_gb_per_day, launch.user_overrides)
     except TraceBudgetError as err:
-        preflight.report.error(str(err))
-        print(f"[preflight] ERROR: {err}", file=out)
+        report.error(str(err))
         return
     launch.overrides += overrides
-    trace_budget.apply(launch.config, overrides)
+    trace_budget.apply(config, overrides)
     if note:
         print(f"[traces] {note}", file=out)
 

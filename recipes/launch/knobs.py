@@ -16,7 +16,10 @@ import re
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from recipes.constants import AGENT_LOOP_CONFIG, PROFILE_DIR, REPO_ROOT, TOOL_CONFIG_DIR
+import yaml
+
+from recipes.constants import AGENT_LOOP_CONFIG, CONFIG_DIR, CONFIG_NAME, PROFILE_DIR, REPO_ROOT, TOOL_CONFIG_DIR
+from recipes.export.provenance import model_label
 from recipes.tool_sets import NO_TOOLS
 
 LAUNCH_SCRIPT = REPO_ROOT / "scripts" / "run_gsm8k_grpo.sh"
@@ -50,6 +53,7 @@ class Knobs:
     model_path: str = _DEFAULTS["MODEL_PATH"]
     n_gpus_per_node: str = _DEFAULTS["N_GPUS_PER_NODE"]
     nnodes: str = _DEFAULTS["NNODES"]
+    gpu_memory_gb: str = _DEFAULTS["GPU_MEMORY_GB"]
     trace: str = _DEFAULTS["TRACE"]
     trace_gb_per_day: str = _DEFAULTS["TRACE_GB_PER_DAY"]
     logger: str = _DEFAULTS["LOGGER"]
@@ -68,9 +72,10 @@ class Knobs:
     stop_wait_minutes: str = _DEFAULTS["STOP_WAIT_MINUTES"]
 
     def __post_init__(self) -> None:
-        """Resolved once, here: `~` expanded, the experiment named gsm8k_<tool set>_<profile> and its outputs in
-        outputs/<experiment> of the repo unless given."""
-        experiment = self.experiment_name or f"gsm8k_{self.tool_set}_{self.profile}"
+        """Resolved once, here: `~` expanded, the experiment named gsm8k_<tool set>_<model>_<profile> and its
+        outputs in outputs/<experiment> of the repo unless given."""
+        experiment = self.experiment_name or \
+            f"gsm8k_{self.tool_set}_{model_label(self.model_path or profile_model(self.profile))}_{self.profile}"
         object.__setattr__(self, "data_dir", os.path.expanduser(self.data_dir))
         object.__setattr__(self, "experiment_name", experiment)
         object.__setattr__(self, "output_dir", self.output_dir or str(REPO_ROOT / "outputs" / experiment))
@@ -108,6 +113,12 @@ class Knobs:
                             f"{' '.join(_stems(TOOL_CONFIG_DIR))} {NO_TOOLS}")
         if self.trace not in TRACE_CHOICES:
             raise KnobError(f"TRACE must be on or off, not '{self.trace}'")
+        if self.trace == "off" and self.trace_gb_per_day:
+            raise KnobError(f"TRACE=off and TRACE_GB_PER_DAY={self.trace_gb_per_day} contradict each other: leave "
+                            "TRACE_GB_PER_DAY unset to trace nothing, or set TRACE=on to trace within the budget")
+        if self.gpu_memory_gb and not _positive_number(self.gpu_memory_gb):
+            raise KnobError(f"GPU_MEMORY_GB must be a GPU's memory in GB (e.g. 24, 40, 80), not "
+                            f"'{self.gpu_memory_gb}'")
         if self.trace_gb_per_day:
             from recipes.launch.trace_budget import parse_budget
             from recipes.tracing.volume import TraceBudgetError
@@ -159,12 +170,39 @@ def launch_overrides(knobs: Knobs, root: str | Path = REPO_ROOT) -> list[str]:
     return overrides
 
 
+def _positive_number(text: str) -> bool:
+    return _non_negative_number(text) and float(text) > 0
+
+
 def _non_negative_number(text: str) -> bool:
     try:
         value = float(text)
     except ValueError:
         return False
     return value >= 0 and value != float("inf")
+
+
+def profile_model(profile: str) -> str:
+    """The model a profile trains: its own actor_rollout_ref.model.path, else that of a profile it builds on (its
+    defaults list, the last one that sets it), else the recipe's. Read from the YAML files, nothing composed."""
+    path = PROFILE_DIR / f"{profile}.yaml"
+    data = yaml.safe_load(path.read_text()) if path.is_file() else None
+    if not isinstance(data, dict):
+        data = {}
+    own = ((data.get("actor_rollout_ref") or {}).get("model") or {}).get("path")
+    if own:
+        return str(own)
+    for parent in reversed([d for d in data.get("defaults") or [] if isinstance(d, str) and d != "_self_"]):
+        if (PROFILE_DIR / f"{parent}.yaml").is_file() and parent != profile:
+            found = profile_model(parent)
+            if found != _recipe_model():
+                return found
+    return _recipe_model()
+
+
+def _recipe_model() -> str:
+    recipe = yaml.safe_load((CONFIG_DIR / f"{CONFIG_NAME}.yaml").read_text())
+    return str(recipe["actor_rollout_ref"]["model"]["path"])
 
 
 def _stems(folder: Path) -> list[str]:

@@ -68,6 +68,15 @@ def _batch(config: DictConfig) -> str:
     return f"{prompts} prompts x {n} samples = {prompts * n} trajectories per step; {lengths}"
 
 
+def _memory(config: DictConfig) -> str | None:
+    """The memory plan's row (recipes/preflight/memory.py); None where there is none to make (CPU stand-ins, a
+    model whose size is unknown here)."""
+    from recipes.preflight.memory import plan_for
+
+    plan, _why = plan_for(config)
+    return plan.row() if plan else None
+
+
 def _schedule(config: DictConfig) -> str:
     if _get(config, "trainer.val_only"):
         return "validation only (trainer.val_only): one pass over the validation data; nothing trained or saved"
@@ -114,13 +123,16 @@ def _outputs(config: DictConfig) -> str:
 
 def plan_rows(config: DictConfig, config_file: str | None = None,
               overrides: list[str] | None = None) -> list[tuple[str, str]]:
-    """(what, value) rows: model, data, tools, hardware, batch, algorithm, schedule, validate, differs (a profile
-    that changes the algorithm against the recipe's own, given the launch's overrides), tracing, outputs, trainer,
-    config."""
+    """(what, value) rows: model, data, tools, hardware, batch, memory, algorithm, schedule, validate, differs (a
+    profile that changes the algorithm against the recipe's own, given the launch's overrides), tracing, outputs,
+    trainer, config."""
     training = not _get(config, "trainer.val_only")
     rows = [("model", _model(config)),
             ("data", f"train {_get(config, 'data.train_files')}, validation {_get(config, 'data.val_files')}"),
             ("tools", _tools(config)), ("hardware", _hardware(config)), ("batch", _batch(config))]
+    memory = _memory(config)
+    if memory:
+        rows.append(("memory", memory))
     if training:
         rows.append(("algorithm", algorithm_line(config)))
     rows += [("schedule", _schedule(config)), ("validate", validation_line(config))]

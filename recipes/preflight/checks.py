@@ -14,11 +14,15 @@ from omegaconf import DictConfig, OmegaConf
 
 from recipes.constants import AGENT_NAME, AGENT_NAME_NO_TOOLS, REPO_ROOT
 from recipes.credentials import has_wandb_credentials, wandb_host
+from recipes.models import looks_like_a_local_path
+from recipes.preflight.hub_model import check_hub_model
 from recipes.preflight.jit_toolchain import check_jit_toolchain
+from recipes.preflight.memory import check_memory
 from recipes.preflight.prompt_lengths import check_prompt_lengths
 from recipes.preflight.report import Report
 from recipes.preflight.rollout_checks import check_lora_with_sglang, check_rollout_concurrency, check_tool_timeout
 from recipes.preflight.row_origin import check_row_origin
+from recipes.preflight.schedule import check_schedule
 from recipes.preflight.sglang_model import check_sglang_model
 from recipes.preflight.storage import check_checkpoint_space, check_shared_outputs
 from recipes.preflight.versions import check_gpu_env
@@ -92,11 +96,6 @@ def asked_agent_loops(config: DictConfig) -> set[str]:
     return names
 
 
-def looks_like_a_local_path(model: str) -> bool:
-    """A hub id is `name` or `namespace/name`; anything else with a slash, or starting with /, ~ or ., is a folder."""
-    return model.startswith(("/", "~", ".")) or model.count("/") > 1
-
-
 def check_model(config: DictConfig, report: Report) -> None:
     """A model folder that is not there (a typo, an export not made yet) would fail only after Ray has started;
     a hub id is fetched then and cannot be checked here."""
@@ -153,6 +152,19 @@ def check_reward(config: DictConfig, report: Report) -> None:
         return
     if not callable(getattr(module, name, None)):
         report.error(f"reward.custom_reward_function.name: {path} has no function {name!r}")
+
+
+def check_resume(config: DictConfig, report: Report) -> None:
+    """verl resumes whatever checkpoint trainer.default_local_dir holds: one of another model or reward would be
+    trained on as if nothing changed (the run's RUN_RECORD says what it is of)."""
+    from recipes.export.provenance import resume_mismatch
+
+    found = resume_mismatch(config)
+    if found:
+        differ, folder = found
+        report.error(f"{folder} holds checkpoints of another run ({differ}): resuming would load its weights into this "
+                     "one; set EXPERIMENT_NAME (or OUTPUT_DIR) for a new run, or trainer.resume_mode=disable to start "
+                     "over in that folder")
 
 
 def check_agent_loops(config: DictConfig, report: Report) -> None:
@@ -279,7 +291,10 @@ def run_all(config: DictConfig, launch: bool = False, submit: bool = False,
     tool_path = OmegaConf.select(config, "actor_rollout_ref.rollout.multi_turn.tool_config_path")
     tool_names = _tool_names_in_yaml(tool_path, report) if tool_path else []  # no tools: data must offer none
     train_rows = check_data(config, tool_names, report)
+    check_schedule(config, report)
     check_model(config, report)
+    check_hub_model(config, report)
+    check_resume(config, report)
     check_reward(config, report)
     check_agent_loops(config, report)
     check_modules_are_ours(report)
@@ -288,6 +303,7 @@ def run_all(config: DictConfig, launch: bool = False, submit: bool = False,
     check_sglang_model(config, report)
     check_lora_with_sglang(config, report)
     check_rollout_concurrency(config, report)
+    check_memory(config, report)
     check_tool_timeout(config, report)
     check_shared_outputs(config, report)
     check_cpu_rollout(config, report)

@@ -28,8 +28,8 @@ def check_lora_with_sglang(config: DictConfig, report: Report) -> None:
 def check_rollout_concurrency(config: DictConfig, report: Report) -> None:
     """Warn when SGLang's per-engine request cap lets only part of a step's trajectories run at once."""
     rollout, trainer = config.actor_rollout_ref.rollout, config.trainer
-    if rollout.name not in SERVER_BACKENDS or not rollout.get("max_num_seqs"):
-        return
+    if rollout.name not in SERVER_BACKENDS or not rollout.get("max_num_seqs") or trainer.get("val_only"):
+        return  # an evaluation has no training step; SGLang queues what its engines cannot take at once
     engines = max(1, int(trainer.n_gpus_per_node) * int(trainer.nnodes) // int(rollout.tensor_model_parallel_size))
     trajectories = int(config.data.train_batch_size) * int(rollout.n)
     capacity = engines * int(rollout.max_num_seqs)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TextIO
 
@@ -13,6 +14,7 @@ from omegaconf import DictConfig
 
 from recipes.preflight.checks import run_all
 from recipes.preflight.compose import compose_config, validate_like_verl
+from recipes.preflight.division import division_problems
 from recipes.preflight.report import Report
 from recipes.preflight.stale_keys import stale_warnings
 from recipes.preflight.value_types import mistyped_values
@@ -31,12 +33,15 @@ class Preflight:
 
 
 def run_preflight(overrides: list[str], launch: bool = False, submit: bool = False,
-                  traces_offline: bool | None = None, out: TextIO | None = None) -> Preflight:
+                  traces_offline: bool | None = None, out: TextIO | None = None,
+                  also: Callable[[DictConfig, Report], None] | None = None) -> Preflight:
     """launch: about to train on this node (also GPUs, credentials, disk); submit: about to submit a Ray job
-    (also credentials, disk). verl prints while it validates and loads tools: that goes to `out` too."""
+    (also credentials, disk); also: the caller's own check of the composed config (the launcher's trace budget),
+    run with the others, before the verdict. verl prints while it validates and loads tools: that goes to `out`
+    too."""
     out = out or sys.stderr
     with contextlib.redirect_stdout(out):
-        result = _check(overrides, launch, submit, traces_offline, out)
+        result = _check(overrides, launch, submit, traces_offline, out, also)
     if result.config is not None:
         if result.report.errors:
             print(f"[preflight] {len(result.report.errors)} problem(s); nothing was started.", file=out)
@@ -45,13 +50,21 @@ def run_preflight(overrides: list[str], launch: bool = False, submit: bool = Fal
     return result
 
 
-def _check(overrides, launch, submit, traces_offline, out) -> Preflight:
+def _check(overrides, launch, submit, traces_offline, out, also) -> Preflight:
     for warning in stale_warnings(overrides):
         print(f"[preflight] WARNING: {warning}", file=out)
     try:
         config = compose_config(overrides)
     except Exception as err:
         print(f"[preflight] ERROR: the config does not compose: {err}".replace("\n", " "), file=out)
+        return Preflight(None, None)
+    try:  # before verl's validation, whose AssertionError says less
+        divided = division_problems(config)
+    except (TypeError, ValueError):  # a value of the wrong kind: verl's validation below names it
+        divided = []
+    for line in divided:
+        print(f"[preflight] ERROR: {line}", file=out)
+    if divided:
         return Preflight(None, None)
     try:
         validate_like_verl(config)
@@ -65,6 +78,8 @@ def _check(overrides, launch, submit, traces_offline, out) -> Preflight:
             print(f"[preflight] ERROR: {line}", file=out)
         return Preflight(None, None)
     report = run_all(config, launch=launch, submit=submit, traces_offline=traces_offline)
+    if also is not None and not report.errors:
+        also(config, report)
     for note in report.notes:
         print(f"[preflight] {note}", file=out)
     for warning in report.warnings:
