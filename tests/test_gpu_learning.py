@@ -7,6 +7,7 @@ tests/test_gpu_learning_e2e.py."""
 import asyncio
 import json
 import shutil
+import sys
 
 import pyarrow.parquet as pq
 import pytest
@@ -266,3 +267,63 @@ def test_learn_gpu_refuses_a_knob_it_cannot_use_in_one_line_and_changes_nothing(
     last = proc.stderr.strip().splitlines()[-1]
     assert proc.returncode == 1 and last.startswith(f"[learn_gpu] error: {said}"), proc.stderr
     assert (work / "kept.txt").exists() and [p.name for p in work.iterdir()] == ["kept.txt"]
+
+
+def _pipeline(work, **knobs):
+    from recipes.harness.learning.gpu_pipeline import GpuKnobs, GpuPipeline
+
+    values = {f.upper(): "" for f in GpuKnobs.__dataclass_fields__} | {
+        "PYTHON": sys.executable, "TASK": "one_step", "WORK_DIR": str(work), "SEED": "0", "GRPO_STEPS": "1",
+        "DEVICE": "cpu", "DRY_RUN": "0", "PREPARE_ONLY": "0", "TEST_ROWS": "4"} | knobs
+    fields = GpuKnobs.__dataclass_fields__
+    return GpuPipeline(GpuKnobs(**{k.lower(): v for k, v in values.items() if k.lower() in fields}), [])
+
+
+def test_the_launch_is_over_when_the_launcher_exits_even_if_a_process_it_started_keeps_its_output_open(
+        tmp_path, monkeypatch, capsys):
+    """A launcher whose child outlives it with the launcher's stdout (a Ray worker or SGLang's scheduler can): the
+    check must not wait for the pipe's end. Its lines arrive, the launch ends within seconds of the launcher's exit,
+    and the child that held the pipe is stopped."""
+    import os
+    import threading
+    import time
+
+    from recipes.harness.learning import gpu_pipeline
+
+    root = tmp_path / "checkout"
+    (root / "scripts").mkdir(parents=True)
+    child_pid = tmp_path / "child.pid"
+    # the launcher's stand-in: prints, leaves a child holding its stdout, and exits 0
+    (root / "scripts" / "run_gsm8k_grpo.sh").write_text(
+        f"echo 'step:1 - done'\nsleep 1000 &\necho $! > {child_pid}\necho 'launcher exiting'\nexit 0\n")
+    monkeypatch.setattr(gpu_pipeline, "REPO_ROOT", root)
+    pipeline = _pipeline(tmp_path / "work")
+    (tmp_path / "work").mkdir()
+    done = {}
+
+    def launch():
+        done["start"] = time.monotonic()
+        pipeline.launch(tmp_path / "model", dry_run=False)
+        done["end"] = time.monotonic()
+
+    thread = threading.Thread(target=launch, daemon=True)
+    thread.start()
+    try:
+        thread.join(timeout=30)
+        assert not thread.is_alive(), "the launch still waits for the end of the launcher's output"
+        assert done["end"] - done["start"] < 20
+        pid = int(child_pid.read_text())
+        stat = f"/proc/{pid}/stat"
+        assert not os.path.exists(stat) or open(stat).read().rsplit(")", 1)[1].split()[0] == "Z", \
+            "the child holding the launcher's output is still running"
+    finally:
+        if child_pid.is_file():
+            try:
+                os.kill(int(child_pid.read_text()), 9)
+            except ProcessLookupError:
+                pass
+        thread.join(timeout=10)
+    out = capsys.readouterr()
+    assert "step:1 - done\n" in out.out and "launcher exiting\n" in out.out
+    log = (tmp_path / "work" / "outputs" / "logs" / "train.log").read_text()
+    assert log.startswith("step:1 - done\nlauncher exiting\n")

@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from recipes.constants import REPO_ROOT
+from recipes.harness.launch_output import run_passing_output
 from recipes.harness.learning import validation_scores
 from recipes.harness.learning.stages import LearnError, LearnKnobs, Stages, cpu_backend_env, field, run_check
 from recipes.preflight.sglang_model import model_problems
@@ -108,7 +108,8 @@ class GpuPipeline(Stages):
                 f"data.seed={k.seed}", f"actor_rollout_ref.rollout.seed={k.seed}", *k.sizes(), *self.grpo_args]
 
     def launch(self, model: Path, dry_run: bool) -> None:
-        """The recipe's launcher; its output to this check's output (the GPU kit reads it) and to outputs/logs."""
+        """The recipe's launcher; its output to this check's output and to outputs/logs, until the launcher has
+        exited (not until its output's end, which a process it started can hold open: launch_output.py)."""
         log_file = self.outputs / "logs" / ("dry_run.log" if dry_run else "train.log")
         log_file.parent.mkdir(parents=True, exist_ok=True)
         env = self.launch_env(model)
@@ -116,15 +117,11 @@ class GpuPipeline(Stages):
             env.update(DRY_RUN="1", DRY_RUN_CONFIG=str(self.outputs / "launch_config.yaml"))
         sys.stdout.flush()
         sys.stderr.flush()
-        with log_file.open("w") as log, subprocess.Popen(
-                ["bash", "scripts/run_gsm8k_grpo.sh", *self.launch_args()], cwd=REPO_ROOT, env=env,
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace") as proc:
-            for line in proc.stdout:
-                sys.stdout.write(line)
-                sys.stdout.flush()
-                log.write(line)
-        if proc.returncode != 0:
-            raise LearnError(f"the GRPO launch failed (exit {proc.returncode}; log {log_file})")
+        with log_file.open("w") as log:
+            status = run_passing_output(["bash", "scripts/run_gsm8k_grpo.sh", *self.launch_args()], cwd=REPO_ROOT,
+                                        env=env, sinks=[sys.stdout, log], note=self.log)
+        if status != 0:
+            raise LearnError(f"the GRPO launch failed (exit {status}; log {log_file})")
 
     # ---- the scores -----------------------------------------------------------------------------------------------
 
