@@ -25,7 +25,8 @@
 # script holds its knobs, the learning checks' shared ones in scripts/learn_knobs.sh. Everything it writes (task,
 # data, models, the launch's outputs and logs, scores) is under WORK_DIR; extra arguments are hydra overrides for
 # the launch. `[learn_gpu] stage: ...` lines mark its stages; the verdict's lines (the CPU check's rule: +20 points
-# over the SFT start, tool-call rate >= 0.8, tools on >= tools off + 20) and the last line:
+# over the SFT start, tool-call rate >= 0.8, tools on >= tools off + 20, the last met by construction: the warm start
+# never sees a prompt without tools) and the last line:
 # RESULT sft_acc=<a> final_acc=<b> tools_off_acc=<c> tool_call_rate=<d> tool_calls_per_trajectory=<e> turns_mean=<f>
 # steps=<n> wall_s=<s> (one line: strict accuracies of the validations before and after, sampled at EVAL_TEMPERATURE;
 # the rest of the one after, tools on; TASK=chain adds sft_acc_3, final_acc_3 and calls_per_op).
