@@ -142,7 +142,7 @@ class Probe:
             share = share.sized_down(
                 int(k.share_prompts or share.prompts_per_gpu), int(k.rollout_n or share.n),
                 int(k.response_length or share.response_length), int(k.micro_batch or share.micro_batch),
-                CPU_ROLLOUT if k.device == "cpu" else share.rollout)
+                CPU_ROLLOUT if k.device == "cpu" else share.rollout, one_worker=k.device == "cpu")
         shape = k.model_shape or OF_MODEL.get(share.model, "")
         if not k.model_path and not shape:
             raise ProbeError(f"profile {k.profile} trains {share.model}, whose shape the probe has no table of: set "

@@ -77,12 +77,14 @@ class Share:
                 "trainer.save_freq=-1",
                 f"++{ROLLOUT}.engine_kwargs.{self.rollout}.preferred_sampling_params='{FORCED_LENGTH}'"]
 
-    def sized_down(self, prompts_per_gpu: int, n: int, response_length: int, micro_batch: int,
-                   rollout: str) -> Share:
-        """The same share at a size a CPU runs (the CPU stand-ins' rehearsal): one GPU's prompts, the group size,
-        the response limit and the micro-batches given; the rollout the stand-ins'."""
+    def sized_down(self, prompts_per_gpu: int, n: int, response_length: int, micro_batch: int, rollout: str,
+                   one_worker: bool = False) -> Share:
+        """The same share at another size (a smaller micro-batch on a GPU; the CPU stand-ins' rehearsal, a size a CPU
+        runs): one GPU's prompts, the group size, the response limit and the micro-batches given, the rollout given;
+        one_worker: one agent-loop worker a GPU (each is a process to start)."""
         return replace(self, prompts=prompts_per_gpu * self.gpus, mini_batch=prompts_per_gpu * self.gpus, n=n,
-                       response_length=response_length, micro_batch=micro_batch, rollout=rollout)
+                       response_length=response_length, micro_batch=micro_batch, rollout=rollout,
+                       workers=self.gpus if one_worker else self.workers)
 
     def plan_lines(self) -> list[str]:
         return [f"share      {self.profile}: {self.prompts} prompts x {self.n} over {self.gpus} GPU(s) -> one GPU runs "
