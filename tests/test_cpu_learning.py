@@ -311,6 +311,25 @@ def test_the_verdict_names_each_criterion_it_fails(scores, failed):
     assert all(text.startswith(prefix) for text, prefix in zip(failed_texts, failed, strict=True)), failed_texts
 
 
+def test_the_verdict_says_the_tools_off_criterion_holds_by_construction(tmp_path, capsys):
+    """The warm start's SFT renders every transcript with the calculator offered: a prompt without tools is one it
+    never saw, so its tools-off accuracy is ~0 whatever it learned. The verdict keeps the criterion (it catches a
+    tools-off validation that offered the tool after all) and says, where it prints it, what it does not show."""
+    from recipes.harness.learning import verdict
+
+    paths = []
+    for name, summary in (("sft", {"strict_acc": 0.4}), ("final", {"strict_acc": 0.9, "tool_call_rate": 1.0}),
+                          ("tools_off", {"strict_acc": 0.0})):
+        (tmp_path / f"{name}.json").write_text(json.dumps(summary))
+        paths += [f"--{name}", str(tmp_path / f"{name}.json")]
+    assert verdict.main(paths) == 0
+    out = capsys.readouterr().out.splitlines()
+    (note,) = [line for line in out if line.startswith("[verdict] note  tools off")]
+    assert "never saw a prompt without tools" in note and "~0 by construction" in note
+    (line,) = [line for line in out if "vs tools off" in line]
+    assert line.startswith("[verdict] pass  tools on 0.900 vs tools off 0.000") and "by construction" in line
+
+
 def chain_summary(acc, acc3, calls_per_op=1.0, rate=1.0):
     return {"strict_acc": acc, "strict_acc_ops1": 0.9, "strict_acc_ops3": acc3, "tool_call_rate": rate,
             "calls_per_op": calls_per_op, "correct_multi_op_answers": 100}

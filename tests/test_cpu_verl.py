@@ -117,6 +117,40 @@ def test_the_server_applies_sglangs_length_rule_and_returns_log_probs_only_when_
     assert len(asyncio.run(server.generate(prompt, {**params, "max_tokens": 2}, "r3")).token_ids) <= 2
 
 
+def test_ignore_eos_runs_a_turn_to_its_length_limit_and_the_servers_preferred_params_are_defaults(model_dir, tok):
+    """SGLang's `ignore_eos` sampling parameter ends a turn only at max_new_tokens (no EOS, no stop token), and its
+    server argument `preferred_sampling_params` (JSON, under engine_kwargs) gives every request defaults that the
+    request's own parameters override; the stand-in honours both as SGLang 0.5.12 does."""
+    from verl.workers.config import RolloutConfig
+
+    from recipes.cpu_backend.server import CpuRolloutServer
+
+    prompt = encode(tok, first_turn_text(tok))
+    params = {"temperature": 0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": False}
+
+    def server(**engine):
+        config = RolloutConfig(name="hf_cpu", prompt_length=512, response_length=24, load_format="auto",
+                               engine_kwargs={"hf_cpu": engine})
+        model_config = {"path": str(model_dir), "override_config": {"attn_implementation": "sdpa"}}
+        return CpuRolloutServer(config=config, model_config=model_config, replica_rank=0)
+
+    plain = server()
+    greedy = asyncio.run(plain.generate(prompt, dict(params), "g"))
+    stop = greedy.token_ids[0]  # a stop token the greedy turn meets at once
+    stopped = asyncio.run(plain.generate(prompt, {**params, "stop_token_ids": [stop]}, "s"))
+    assert stopped.token_ids == [stop] and stopped.stop_reason == "stop"
+    forced = asyncio.run(plain.generate(prompt, {**params, "stop_token_ids": [stop], "ignore_eos": True}, "f"))
+    assert len(forced.token_ids) == 24 and forced.stop_reason == "length"
+    assert forced.token_ids == asyncio.run(plain.generate(prompt, {**params, "ignore_eos": True}, "f2")).token_ids
+    by_default = server(preferred_sampling_params=json.dumps({"ignore_eos": True}))
+    out = asyncio.run(by_default.generate(prompt, {**params, "stop_token_ids": [stop]}, "d"))
+    assert out.token_ids == forced.token_ids and out.stop_reason == "length"
+    asked = asyncio.run(by_default.generate(prompt, {**params, "stop_token_ids": [stop], "ignore_eos": False}, "o"))
+    assert asked.token_ids == [stop]  # the request's own parameter wins
+    with pytest.raises(ValueError, match="preferred_sampling_params"):
+        server(preferred_sampling_params="{ignore_eos")
+
+
 def test_what_a_request_samples_does_not_depend_on_which_request_came_first(model_dir, tok):
     """Sampled at temperature 1, each request draws from its own generator (rollout seed, replica, weights version,
     prompt, how many requests sent that prompt before): two servers that get the same requests in opposite orders

@@ -7,6 +7,7 @@ tests/test_gpu_learning_e2e.py."""
 import asyncio
 import json
 import shutil
+import sys
 
 import pyarrow.parquet as pq
 import pytest
@@ -251,19 +252,151 @@ def test_the_gpu_profile_learns_with_the_cpu_checks_sizes():
     assert (PROFILE_DIR / "gpu_learn.yaml").is_file()
 
 
-@pytest.mark.parametrize("knob, value, said", [("DEVICE", "tpu", "DEVICE must be gpu or cpu, not 'tpu'"),
-                                               ("GRPO_STEPS", "ten", "GRPO_STEPS must be a whole number of steps"),
-                                               ("DRY_RUN", "yes", "DRY_RUN must be 0 or 1, not 'yes'")])
-def test_learn_gpu_refuses_a_knob_it_cannot_use_in_one_line_and_changes_nothing(tmp_path, knob, value, said):
+@pytest.mark.parametrize("knobs, said", [
+    ({"DEVICE": "tpu"}, "DEVICE must be gpu or cpu, not 'tpu'"),
+    ({"GRPO_STEPS": "ten"}, "GRPO_STEPS must be a whole number of steps"),
+    ({"DRY_RUN": "yes"}, "DRY_RUN must be 0 or 1, not 'yes'"),
+    ({"PREPARE_ONLY": "2"}, "PREPARE_ONLY must be 0 or 1, not '2'"),
+    ({"PREPARE_ONLY": "1", "DRY_RUN": "1"}, "PREPARE_ONLY=1 makes a prepared folder (and runs the launcher's DRY_RUN"),
+    ({"PREPARED": "/nowhere", "SFT_MODEL": "/m"}, "PREPARED holds its own warm start: set PREPARED or SFT_MODEL"),
+    ({"PREPARED": "/nowhere"}, "PREPARED=/nowhere is not a folder"),
+    ({"PREPARED": "{work}"}, "WORK_DIR={work} is PREPARED={work} or inside it"),
+])
+def test_learn_gpu_refuses_a_knob_it_cannot_use_in_one_line_and_changes_nothing(tmp_path, knobs, said):
     import os
     import subprocess
-    import sys
 
     work = tmp_path / "work"
     work.mkdir()
     (work / "kept.txt").write_text("last run")
+    knobs = {k: v.format(work=work) for k, v in knobs.items()}
     proc = subprocess.run(["bash", str(REPO_ROOT / "scripts" / "learn_gpu.sh")], capture_output=True, text=True,
-                          timeout=60, env={**os.environ, "PYTHON": sys.executable, "WORK_DIR": str(work), knob: value})
+                          timeout=60, env={**os.environ, "PYTHON": sys.executable, "WORK_DIR": str(work), **knobs})
     last = proc.stderr.strip().splitlines()[-1]
-    assert proc.returncode == 1 and last.startswith(f"[learn_gpu] error: {said}"), proc.stderr
+    assert proc.returncode == 1 and last.startswith(f"[learn_gpu] error: {said.format(work=work)}"), proc.stderr
     assert (work / "kept.txt").exists() and [p.name for p in work.iterdir()] == ["kept.txt"]
+
+
+def _pipeline(work, **knobs):
+    from recipes.harness.learning.gpu_pipeline import GpuKnobs, GpuPipeline
+
+    values = {f.upper(): "" for f in GpuKnobs.__dataclass_fields__} | {
+        "PYTHON": sys.executable, "TASK": "one_step", "WORK_DIR": str(work), "SEED": "0", "GRPO_STEPS": "1",
+        "DEVICE": "cpu", "DRY_RUN": "0", "PREPARE_ONLY": "0", "TEST_ROWS": "4"} | knobs
+    fields = GpuKnobs.__dataclass_fields__
+    return GpuPipeline(GpuKnobs(**{k.lower(): v for k, v in values.items() if k.lower() in fields}), [])
+
+
+def test_the_launch_is_over_when_the_launcher_exits_even_if_a_process_it_started_keeps_its_output_open(
+        tmp_path, monkeypatch, capsys):
+    """A launcher whose child outlives it with the launcher's stdout (a Ray worker or SGLang's scheduler can): the
+    check must not wait for the pipe's end. Its lines arrive, the launch ends within seconds of the launcher's exit,
+    and the child that held the pipe is stopped."""
+    import os
+    import threading
+    import time
+
+    from recipes.harness.learning import gpu_pipeline
+
+    root = tmp_path / "checkout"
+    (root / "scripts").mkdir(parents=True)
+    child_pid = tmp_path / "child.pid"
+    # the launcher's stand-in: prints, leaves a child holding its stdout, and exits 0
+    (root / "scripts" / "run_gsm8k_grpo.sh").write_text(
+        f"echo 'step:1 - done'\nsleep 1000 &\necho $! > {child_pid}\necho 'launcher exiting'\nexit 0\n")
+    monkeypatch.setattr(gpu_pipeline, "REPO_ROOT", root)
+    pipeline = _pipeline(tmp_path / "work")
+    (tmp_path / "work").mkdir()
+    done = {}
+
+    def launch():
+        done["start"] = time.monotonic()
+        pipeline.launch(tmp_path / "model", dry_run=False)
+        done["end"] = time.monotonic()
+
+    thread = threading.Thread(target=launch, daemon=True)
+    thread.start()
+    try:
+        thread.join(timeout=30)
+        assert not thread.is_alive(), "the launch still waits for the end of the launcher's output"
+        assert done["end"] - done["start"] < 20
+        pid = int(child_pid.read_text())
+        stat = f"/proc/{pid}/stat"
+        assert not os.path.exists(stat) or open(stat).read().rsplit(")", 1)[1].split()[0] == "Z", \
+            "the child holding the launcher's output is still running"
+    finally:
+        if child_pid.is_file():
+            try:
+                os.kill(int(child_pid.read_text()), 9)
+            except ProcessLookupError:
+                pass
+        thread.join(timeout=10)
+    out = capsys.readouterr()
+    assert "step:1 - done\n" in out.out and "launcher exiting\n" in out.out
+    log = (tmp_path / "work" / "outputs" / "logs" / "train.log").read_text()
+    assert log.startswith("step:1 - done\nlauncher exiting\n")
+
+
+def _folder(tmp_path):
+    """A folder as PREPARE_ONLY leaves one (its files' contents do not matter to the manifest), and its knobs."""
+    from recipes.harness.learning import prepared
+
+    folder = tmp_path / "prepared"
+    (folder / "model_sft").mkdir(parents=True)
+    (folder / "model_sft" / "model.safetensors").write_bytes(b"weights" * 100)
+    (folder / "launch_config.yaml").write_text("data: {}\n")
+    knobs = {name.upper(): "1" for name in prepared.MADE_WITH} | {"GRPO_STEPS": "20"}
+    prepared.write_manifest(folder, knobs, {"sft_attempts": 1})
+    return folder, knobs
+
+
+def test_a_prepared_folder_is_read_only_when_its_manifest_recipe_knobs_and_files_all_match(tmp_path):
+    from recipes.harness.learning import prepared
+
+    folder, knobs = _folder(tmp_path)
+    manifest = prepared.read(folder, knobs)
+    assert manifest["recipe"] == prepared.recipe_version() and len(manifest["recipe"]) == 16
+    assert sorted(manifest["files"]) == ["launch_config.yaml", "model_sft/model.safetensors"]
+    assert manifest["made_with"] == {name.upper(): "1" for name in prepared.MADE_WITH}
+    assert prepared.read(folder, {**knobs, "GRPO_STEPS": "5"})  # a knob of the launch, not of the folder
+
+    def refused(change) -> str:
+        copy = tmp_path / f"copy{len(list(tmp_path.iterdir()))}"
+        shutil.copytree(folder, copy)
+        change(copy)
+        with pytest.raises(prepared.PreparedError) as err:
+            prepared.read(copy, knobs)
+        assert "\n" not in str(err.value)
+        return str(err.value).replace(str(copy), "F")
+
+    def edit_manifest(**changes):
+        def change(copy):
+            path = copy / prepared.MANIFEST
+            path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
+        return change
+
+    assert refused(lambda c: (c / "model_sft" / "model.safetensors").write_bytes(b"weights" * 99)) == (
+        "PREPARED=F: model_sft/model.safetensors does not match its checksum in manifest.json (a partial or changed "
+        "copy); copy the folder again")
+    assert refused(lambda c: (c / "launch_config.yaml").unlink()).startswith(
+        "PREPARED=F: launch_config.yaml is missing")
+    assert refused(lambda c: (c / prepared.MANIFEST).unlink()).startswith("PREPARED=F has no manifest.json")
+    assert refused(edit_manifest(recipe="0" * 16)).startswith(
+        "PREPARED=F was made by another version of the learning recipe (recipe 0000000000000000, this checkout's ")
+    assert refused(edit_manifest(format=0)).startswith("PREPARED=F: manifest.json is of format 0")
+    assert refused(lambda c: (c / prepared.MANIFEST).write_text("{")).startswith(
+        "PREPARED=F: manifest.json is not JSON")
+
+
+def test_the_recipe_version_changes_with_the_code_that_makes_the_folder(monkeypatch, tmp_path):
+    from recipes.harness.learning import prepared
+
+    for name in prepared.RECIPE_FILES:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO_ROOT / name, tmp_path / name)
+    monkeypatch.setattr(prepared, "REPO_ROOT", tmp_path)
+    assert prepared.recipe_version() == prepared.recipe_version()
+    before = prepared.recipe_version()
+    with (tmp_path / "recipes/harness/learning/sft.py").open("a") as f:
+        f.write("\n# another warm start\n")
+    assert prepared.recipe_version() != before

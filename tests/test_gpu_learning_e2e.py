@@ -1,10 +1,12 @@
-"""scripts/learn_gpu.sh end to end here, at a tiny size: its DRY_RUN as a user runs it before a GPU run (the task,
-the data, the tokenizer, the model and its SGLang check, the composed gpu_learn config and the plan; nothing trains),
-and DEVICE=cpu, every stage of the GPU pipeline on the CPU stand-ins (hf_cpu serves the SGLang-shaped model): the
-SFT, ONE launch of the recipe's launcher validating before and after on both files, the scores read from the two
-validations and held equal to verl's own metrics per data_source, the verdict line, the RESULT line last. Steering
-(hf_cpu's steer_every) makes calls happen at this size (in tools-on rows: the stand-in steers prompts that offer a
-tool). Its pieces: tests/test_gpu_learning.py."""
+"""scripts/learn_gpu.sh end to end here, at a tiny size, split at its seam as a user runs it before and on a GPU node:
+PREPARE_ONLY=1 (the task, the data, the tokenizer, the warm start trained on the CPU, its SGLang check and CPU score,
+the composed gpu_learn config and the plan through the launcher's DRY_RUN, all in WORK_DIR/prepared with its manifest;
+nothing trains with GRPO), made once for the module; then PREPARED=<that folder> DEVICE=cpu, the GPU part on the CPU
+stand-ins (hf_cpu serves the SGLang-shaped model): ONE launch of the recipe's launcher validating before and after on
+both files, the scores read from the two validations and held equal to verl's own metrics per data_source, the
+verdict line, the RESULT line last; and a folder that does not match refused in one line. Steering (hf_cpu's
+steer_every) makes calls happen at this size (in tools-on rows: the stand-in steers prompts that offer a tool). Its
+pieces: tests/test_gpu_learning.py."""
 
 import json
 import os
@@ -20,7 +22,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 TEST_ROWS, GRPO_STEPS = 4, 1
 _NOT_PASSED_ON = ("RAY_", "VERL_", "WORK_DIR", "OUTPUT_DIR", "PROFILE", "DATA_DIR", "MODEL_PATH", "EXPERIMENT_NAME",
                   "DRY_RUN", "DEVICE", "LOGGER", "TRACE", "SFT_", "TASK", "SEED", "GRPO_STEPS", "TRAIN_ROWS",
-                  "TEST_ROWS", "MAX_TURNS", "RESPONSE_LENGTH", "EVAL_TEMPERATURE", "THREADS", "VERL_FILE_LOGGER")
+                  "TEST_ROWS", "MAX_TURNS", "RESPONSE_LENGTH", "EVAL_TEMPERATURE", "THREADS", "VERL_FILE_LOGGER",
+                  "PREPARE")
 RESULT = re.compile(r"^RESULT sft_acc=(\S+) final_acc=(\S+) tools_off_acc=(\S+) tool_call_rate=(\S+) "
                     r"tool_calls_per_trajectory=(\S+) turns_mean=(\S+) steps=(\d+) wall_s=(\d+)$")
 
@@ -29,7 +32,7 @@ def learn_gpu(work, *args, **env):
     base = {k: v for k, v in os.environ.items() if not k.startswith(_NOT_PASSED_ON)}
     tiny = {"PYTHON": sys.executable, "WORK_DIR": str(work), "TRAIN_ROWS": "48", "TEST_ROWS": str(TEST_ROWS),
             "SFT_STEPS": "4", "SFT_TOOL_ONLY_STEPS": "2", "SFT_CONVERGED_LOSS": "100", "GRPO_STEPS": str(GRPO_STEPS)}
-    # one stream, as a log of the run holds it
+    # one stream, as a log of the whole command holds it
     return subprocess.run(["bash", str(REPO_ROOT / "scripts" / "learn_gpu.sh"), *args], stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, timeout=840, env={**base, **tiny, **env},
                           stdin=subprocess.DEVNULL)
@@ -39,36 +42,64 @@ def stages(text: str) -> list[str]:
     return [m.group(1) for m in re.finditer(r"^\[learn_gpu\] stage: (.*?) \(\d+ s\)$", text, re.M)]
 
 
-def test_the_dry_run_shows_task_data_model_config_and_plan_and_trains_nothing(tmp_path):
-    work = tmp_path / "work"
-    proc = learn_gpu(work, DRY_RUN="1")
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    """PREPARE_ONLY=1 as on a CPU machine before the GPU (DEVICE left at gpu: the gpu_learn config is composed)."""
+    work = tmp_path_factory.mktemp("prepare") / "work"
+    proc = learn_gpu(work, PREPARE_ONLY="1")
+    return work, proc
+
+
+def test_prepare_only_leaves_a_small_self_describing_folder_and_trains_no_grpo(prepared):
+    work, proc = prepared
     out = proc.stdout
-    assert proc.returncode == 0, out[-3000:]
-    assert stages(out) == ["task and data (tools on and tools off)", "tokenizer and model",
-                           "launcher DRY_RUN: the composed config and the plan"]
+    assert proc.returncode == 0, out[-4000:]
+    assert stages(out) == ["task and data (tools on and tools off)", "tokenizer, model and SFT warm start on cpu",
+                           "the warm start scored on the CPU (tools on)",
+                           "the prepared folder and the launcher's DRY_RUN from it (gpu_learn profile)"]
     assert "8 heads x 64, 2 KV heads: 657,536 parameters" in out  # the SGLang shape, built from the task's rows
+    assert "[sft] on cpu" in out
+    # the launcher's DRY_RUN on the folder's own paths: the preflight's SGLang check, the plan, the composed config
+    folder = work / "prepared"
     assert re.search(r"^\[preflight\] model: head_dim 64, 8 heads / 2 KV heads, vocab 1024 >= \d+ tokens, context "
                      r"1024: SGLang and FlashInfer serve it, tool tags one token each$", out, re.M), out[-3000:]
     assert "DRY_RUN=1: preflight passed, nothing started; the launch would run (profile gpu_learn)" in out
     assert re.search(r"hardware +1 node\(s\) x 1 GPU\(s\); rollout sglang", out)
-    assert f"validation ['{work}/data/test.parquet', '{work}/data_notools/test.parquet']" in out
+    assert f"validation ['{folder}/data/test.parquet', '{folder}/data_notools/test.parquet']" in out
     assert re.search(rf"schedule +{GRPO_STEPS} steps \(trainer.total_training_steps\); validation every {GRPO_STEPS} "
                      r"steps", out)
-    config = (work / "outputs" / "launch_config.yaml").read_text()
+    config = (folder / "launch_config.yaml").read_text()
     assert "filter_overlong_prompts: false" in config and "cuda_graph_max_bs: 64" in config
-    assert not (work / "model_sft").exists() and not (work / "outputs" / "validation").exists()
-    assert sorted(p.name for p in work.iterdir()) == ["data", "data_notools", "model_init", "outputs", "task"]
+    # the last line, and what it says is what the folder holds
+    match = re.fullmatch(r"PREPARED folder=(\S+) bytes=(\d+) files=(\d+) sft_acc_cpu=(\S+) sft_attempts=1 "
+                         r"wall_s=\d+", out.strip().splitlines()[-1])
+    assert match and match.group(1) == str(folder), out[-2000:]
+    files = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
+    assert int(match.group(2)) == sum((folder / f).stat().st_size for f in files) < 4 * 2**20
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert sorted(manifest["files"]) == [f for f in files if f != "manifest.json"] and int(match.group(3)) == len(
+        manifest["files"])
+    assert {"data/train.parquet", "data/test.parquet", "data_notools/test.parquet", "launch_config.yaml",
+            "model_sft/model.safetensors", "model_sft/config.json", "model_sft/tokenizer.json"} <= set(files)
+    assert manifest["made_with"]["SEED"] == "0" and manifest["made_with"]["TRAIN_ROWS"] == "48"
+    assert (manifest["sft_device"], manifest["composed_for"], manifest["sft_attempts"]) == (
+        "cpu", {"device": "gpu", "profile": "gpu_learn"}, 1)
+    assert float(match.group(4)) == round(manifest["sft_acc_cpu"], 4)
+    assert not (work / "outputs" / "validation").exists()  # no GRPO, no validation
 
 
-def test_on_cpu_every_stage_runs_in_one_launch_and_the_result_line_comes_last(tmp_path):
+def test_from_the_prepared_folder_on_cpu_one_launch_runs_and_the_result_line_comes_last(prepared, tmp_path):
+    folder = prepared[0] / "prepared"
     work = tmp_path / "work"
-    proc = learn_gpu(work, "actor_rollout_ref.rollout.engine_kwargs.hf_cpu.steer_every=2", DEVICE="cpu")
+    proc = learn_gpu(work, "actor_rollout_ref.rollout.engine_kwargs.hf_cpu.steer_every=2", DEVICE="cpu",
+                     PREPARED=str(folder))
     out = proc.stdout
     assert proc.returncode == 0, out[-4000:]
-    assert stages(out) == ["task and data (tools on and tools off)", "tokenizer, model and SFT warm start",
+    assert stages(out) == [f"prepared folder {folder}: manifest, recipe version, knobs, checksums",
                            f"GRPO launch: {GRPO_STEPS} steps, validation before and after, tools on and off",
                            "scores from the two validations"]
-    assert "SGLang and FlashInfer serve it" in out and "[sft] on cpu" in out
+    assert "[sft]" not in out and "SGLang and FlashInfer serve it" in out  # no SFT; the folder's model checked
+    assert "composed for DEVICE=gpu; this run composes its own for DEVICE=cpu" in out
     assert out.count("Total training steps: ") == 1  # ONE launch of the trainer
     *_, verdict, result = out.strip().splitlines()  # the last line is RESULT, the verdict's just before it
     assert re.fullmatch(r"VERDICT (PASS|FAIL) \(one_step task\)", verdict), verdict
@@ -92,5 +123,22 @@ def test_on_cpu_every_stage_runs_in_one_launch_and_the_result_line_comes_last(tm
     dump = [json.loads(line) for line in (work / "outputs" / "validation" / f"{GRPO_STEPS}.jsonl").read_text()
             .splitlines()]
     assert {("<tools>" in line["input"], line["tool_set"]) for line in dump} == {(True, "calculator"), (False, "none")}
-    assert {p.name for p in work.iterdir()} >= {"task", "data", "data_notools", "model_init", "model_sft",
-                                                "outputs", "scores"}
+    # it read the folder and wrote only under its own WORK_DIR
+    assert sorted(p.name for p in work.iterdir()) == ["outputs", "scores"]
+    assert json.loads((folder / "manifest.json").read_text())["made_with"]["SEED"] == "0"
+
+
+@pytest.mark.parametrize("knobs, said", [
+    ({"SEED": "1"}, "was made with SEED=0, not SEED=1: run with its knobs, or prepare again with these"),
+    ({"SFT_STEPS": "5", "TRAIN_ROWS": "49"}, "was made with TRAIN_ROWS=48 SFT_STEPS=4, not TRAIN_ROWS=49 SFT_STEPS=5"),
+])
+def test_a_prepared_folder_made_with_other_knobs_is_refused_in_one_line_and_nothing_changes(prepared, tmp_path,
+                                                                                               knobs, said):
+    folder = prepared[0] / "prepared"
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "kept.txt").write_text("last run")
+    proc = learn_gpu(work, DEVICE="cpu", PREPARED=str(folder), **knobs)
+    last = proc.stdout.strip().splitlines()[-1]
+    assert proc.returncode == 1 and last.startswith(f"[learn_gpu] error: PREPARED={folder} {said}"), proc.stdout[-2000:]
+    assert [p.name for p in work.iterdir()] == ["kept.txt"]

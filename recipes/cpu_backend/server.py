@@ -7,7 +7,9 @@ What it keeps of SGLang's contract with verl:
   log-probs when `sampling_params["logprobs"]`, a finish reason and `extra_fields["global_steps"]` (the weights
   version); SGLang's length rule (an explicit max_new_tokens/max_tokens, else
   min(response_length, prompt_length + response_length - len(prompt_ids)));
-  stops at the model's EOS tokens and at `stop_token_ids` (what verl's tool parsers add), the stop token included.
+  stops at the model's EOS tokens and at `stop_token_ids` (what verl's tool parsers add), the stop token included,
+  unless `ignore_eos` (then only the length ends a turn); the server argument `preferred_sampling_params`
+  (`engine_kwargs.hf_cpu`, JSON as SGLang takes it) gives every request defaults its own parameters override.
 - weights arrive from the trainer (recipes.cpu_backend.rollout.CpuRolloutAdapter) after every actor update; each
   load records the weights version and a checksum (`record`), the smoke test's evidence that training changed
   the weights and that a resumed run starts from the saved ones.
@@ -33,6 +35,7 @@ from typing import Any
 
 import torch
 
+from recipes.cpu_backend import ROLLOUT_NAME
 from recipes.cpu_backend.generation import Sampling, generate
 from recipes.cpu_backend.steering import forced_tool_call, is_first_turn, prompt_key
 
@@ -83,6 +86,7 @@ class CpuRolloutServer:
         self.model.eval()
         self.tokenizer = self.model_config.tokenizer
         self.eos_ids = _eos_ids(self.model_config, self.tokenizer)
+        self.preferred = _preferred_params((self.config.engine_kwargs or {}).get(ROLLOUT_NAME) or {})
         self._requests_seen: dict[tuple, int] = {}  # (weights version, prompt digest) -> requests so far
         self._lock = asyncio.Lock()
 
@@ -93,10 +97,11 @@ class CpuRolloutServer:
 
         if image_data or video_data or kwargs.get("audio_data"):
             raise NotImplementedError("the CPU rollout server is text-only")
-        params = dict(sampling_params)
+        params = {**self.preferred, **sampling_params}  # SGLang's tokenizer manager merges them so
         prompt_ids = list(prompt_ids)
         max_new_tokens = self._max_new_tokens(params, len(prompt_ids))
-        stop_ids = set(self.eos_ids) | set(params.get("stop_token_ids") or [])
+        # SGLang's ignore_eos skips every token-based finish: EOS and the request's stop tokens alike
+        stop_ids = set() if params.get("ignore_eos") else set(self.eos_ids) | set(params.get("stop_token_ids") or [])
         generator = self._generator_for(prompt_ids)  # on arrival, before any await: the count is this request's
         forced = await self._steer(prompt_ids)
         async with self._lock:
@@ -168,6 +173,21 @@ class CpuRolloutServer:
 
     def get_server_address(self) -> str:
         return f"cpu-rollout-replica-{self.replica_rank}"  # no HTTP server: a unique key for verl's load balancer
+
+
+def _preferred_params(engine_kwargs: dict) -> dict:
+    """SGLang's `preferred_sampling_params` server argument: a JSON object (or a mapping) of request defaults."""
+    value = engine_kwargs.get("preferred_sampling_params")
+    if value is None:
+        return {}
+    try:
+        params = json.loads(value) if isinstance(value, str) else dict(value)
+    except (ValueError, TypeError) as err:
+        raise ValueError(f"engine_kwargs.{ROLLOUT_NAME}.preferred_sampling_params must be a JSON object as SGLang "
+                         f"takes it, not {value!r} ({err})") from None
+    if not isinstance(params, dict):
+        raise ValueError(f"engine_kwargs.{ROLLOUT_NAME}.preferred_sampling_params must be a JSON object, not {value!r}")
+    return params
 
 
 def _eos_ids(model_config, tokenizer) -> list[int]:

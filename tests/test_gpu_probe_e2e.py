@@ -1,0 +1,83 @@
+"""scripts/probe_gpu_step.sh end to end here: DRY_RUN=1 as a user runs it before a GPU (the 8xh100 share, GSM8K rows,
+the Qwen2.5 tokenizer, Qwen2.5-3B's config without weights, the memory plan, the command, the launcher's preflight
+and composed config; nothing starts), and DEVICE=cpu, every stage on the CPU stand-ins at a tiny size: random
+weights written, ONE launch of the recipe's launcher for one step with every response run to its limit, the GPU's
+memory sampler started (no nvidia-smi here), the report from verl's own metrics and the PROBE line last. Its pieces:
+tests/test_gpu_probe.py."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from recipes.constants import REPO_ROOT
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
+_NOT_PASSED_ON = ("RAY_", "VERL_", "WORK_DIR", "OUTPUT_DIR", "PROFILE", "DATA_DIR", "MODEL_", "EXPERIMENT_NAME",
+                  "DRY_RUN", "DEVICE", "LOGGER", "TRACE", "TOKENIZER_PATH", "GSM8K_DIR", "SHARE_PROMPTS", "ROLLOUT_N",
+                  "RESPONSE_LENGTH", "MICRO_BATCH", "N_GPUS_PER_NODE", "NNODES")
+PROBE = re.compile(r"^PROBE step_s=(\S+) gen_s=(\S+) old_log_prob_s=(\S+) ref_s=(\S+) update_s=(\S+) "
+                   r"weight_sync_s=(\S+) gen_tokens_per_s=(\S+) actor_peak_gib=(\S+) sglang_peak_gib=(\S+) "
+                   r"gpu_peak_gib=(\S+) projected_step_s=(\S+) projected_run_h=(\S+) projected_actor_peak_gib=(\S+) "
+                   r"wall_s=(\d+)$")
+
+
+def probe(work, *args, **env):
+    base = {k: v for k, v in os.environ.items() if not k.startswith(_NOT_PASSED_ON)}
+    return subprocess.run(["bash", str(REPO_ROOT / "scripts" / "probe_gpu_step.sh"), *args], stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=840, stdin=subprocess.DEVNULL,
+                          env={**base, "PYTHON": sys.executable, "WORK_DIR": str(work), **env})
+
+
+def stages(text: str) -> list[str]:
+    return [m.group(1) for m in re.finditer(r"^\[probe\] stage: (.*?) \(\d+ s\)$", text, re.M)]
+
+
+def test_the_dry_run_composes_the_8xh100_share_on_one_gpu_and_starts_nothing(tmp_path):
+    work = tmp_path / "work"
+    proc = probe(work, DRY_RUN="1")
+    out = proc.stdout
+    assert proc.returncode == 0, out[-4000:]
+    assert stages(out) == ["the share of 8xh100 one GPU runs", "GSM8K rows for one step", "tokenizer and model",
+                           "launcher DRY_RUN: preflight, the composed config and the plan"]
+    assert ("share      8xh100: 256 prompts x 16 over 8 GPU(s) -> one GPU runs 32 prompts, 512 trajectories; "
+            "mini-batch 32 prompts, micro-batch 32; 2 of 16 agent-loop workers") in out
+    assert "run        435 steps of the profile on GSM8K's 7,473 train rows" in out
+    assert ("actor state 46.0 GiB on one GPU (16 B x 3,085,938,688 parameters; 5.7 GiB a GPU on 8); the logits of a "
+            "micro-batch of 32 up to 18.5 GiB") in out
+    assert re.search(r"^\[preflight\] model: head_dim 128, 16 heads / 2 KV heads, vocab 151936 >= \d+ tokens, context "
+                     r"32768: SGLang and FlashInfer serve it, tool tags one token each$", out, re.M), out[-3000:]
+    assert "DRY_RUN=1: preflight passed, nothing started; the launch would run (profile 8xh100)" in out
+    assert re.search(r"hardware +1 node\(s\) x 1 GPU\(s\); rollout sglang, TP 1: 1 engine\(s\) of up to 512", out)
+    assert "batch     32 prompts x 16 samples = 512 trajectories per step; prompt/response 1024/1024 tokens" in out
+    config = (work / "outputs" / "launch_config.yaml").read_text()
+    assert "preferred_sampling_params: '{\"ignore_eos\": true}'" in config
+    assert "val_before_train: false" in config and "total_training_steps: 1" in config
+    assert not (work / "model" / "model.safetensors").exists()  # no weights written
+    assert json.loads((work / "model" / "config.json").read_text())["num_hidden_layers"] == 36
+    assert "PROBE " not in out and not (work / "outputs" / "metrics.jsonl").exists()
+
+
+def test_on_cpu_one_step_runs_to_the_length_limit_and_the_probe_line_comes_last(tmp_path):
+    work = tmp_path / "work"
+    proc = probe(work, DEVICE="cpu")
+    out = proc.stdout
+    assert proc.returncode == 0, out[-4000:]
+    assert stages(out) == ["the share of 8xh100 one GPU runs", "GSM8K rows for one step", "tokenizer and model",
+                           "the launch: SGLang's start and one GRPO step", "the report"]
+    assert "one GPU runs 2 prompts, 4 trajectories" in out and "model: random weights of tiny" in out
+    assert out.count("Total training steps: ") == 1  # ONE launch of the trainer, one step
+    match = PROBE.match(out.strip().splitlines()[-1])
+    assert match, out[-3000:]
+    step, gen, old, ref, update = (float(match.group(i)) for i in range(1, 6))
+    assert step > 0 and all(0 < part < step for part in (gen, old, ref, update))
+    metrics = {json.loads(line)["step"]: json.loads(line)["data"]
+               for line in (work / "outputs" / "metrics.jsonl").read_text().splitlines()}
+    assert float(match.group(1)) == round(metrics[1]["timing_s/step"], 1)
+    # every response ran to its limit: ignore_eos reached the stand-in as SGLang's server default
+    assert metrics[1]["response_length/mean"] == 16 and metrics[1]["response_length/clip_ratio"] == 1
+    assert "by nvidia-smi: no nvidia-smi on PATH (no GPU)" in out and match.group(9) == match.group(13) == "nan"
+    assert float(match.group(12)) == round(435 * metrics[1]["timing_s/step"] / 3600, 2)
