@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
@@ -71,7 +72,7 @@ def test_one_gpus_share_of_the_8xh100_step_is_a_config_verl_validates(tmp_path):
     share = share_of(_composed("8xh100", tmp_path=tmp_path), "8xh100")
     assert (share.gpus, share.prompts_per_gpu, share.trajectories_per_gpu, share.mini_batch_per_gpu,
             share.workers_per_gpu, share.micro_batch, share.response_length, share.run_steps) == (
-        8, 32, 512, 32, 2, 32, 1024, GSM8K_TRAIN_ROWS // 256 * 15)
+        8, 32, 512, 32, 2, 16, 1024, GSM8K_TRAIN_ROWS // 256 * 15)
     one = _composed("8xh100", "trainer.n_gpus_per_node=1", *share.overrides(), tmp_path=tmp_path)
     validate_like_verl(one)
     # verl's own normalisation: the same trajectories per GPU per update as on the node
@@ -134,7 +135,8 @@ def test_the_memory_plan_warns_where_one_gpu_holds_the_whole_state_and_the_logit
     from recipes.harness.probe.report import memory_plan
     from recipes.harness.probe.share import share_of
 
-    share = share_of(_composed("8xh100", tmp_path=tmp_path), "8xh100")
+    # micro-batches of 32, twice the profile's: where the logits of one take the GPU near its memory
+    share = replace(share_of(_composed("8xh100", tmp_path=tmp_path), "8xh100"), micro_batch=32)
     count = parameters(SHAPES["qwen2.5-3b"])[0]
     plan, warning = memory_plan(share, count, 151936, 79.6)  # an H100 80 GB as nvidia-smi counts it
     assert "actor state 46.0 GiB on one GPU" in plan and "up to 18.5 GiB" in plan and "0.5 x 79.6 GiB = 39.8" in plan

@@ -64,7 +64,7 @@ def write(config: dict, tokenizer_dir: Path, out_dir: Path, seed: int = 0) -> di
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m recipes.harness.probe.random_model --shape qwen2.5-3b --tokenizer_dir T --out_dir M`: in a process of
-    its own, so that the GPU memory it used is given back before the step starts."""
+    its own, so that the GPU memory it used is freed before the step starts."""
     import argparse
 
     from recipes.harness.probe.shapes import SHAPES

@@ -6,6 +6,8 @@ attention shapes of recipes/gpu_env/kernel_census.py."""
 
 from __future__ import annotations
 
+from recipes.models import QWEN25_CONFIGS, ModelSize
+
 _QWEN25 = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "attention_dropout": 0.0,
            "bos_token_id": 151643, "eos_token_id": 151645, "hidden_act": "silu", "initializer_range": 0.02,
            "max_position_embeddings": 32768, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "sliding_window": 32768,
@@ -14,11 +16,9 @@ _QWEN25 = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "attent
            # as published: without it transformers 5.9 warns that the tokenizer's regex may be wrong
            "transformers_version": "4.43.1"}
 
-SHAPES = {
-    "qwen2.5-3b": {**_QWEN25, "hidden_size": 2048, "intermediate_size": 11008, "num_hidden_layers": 36,
-                   "num_attention_heads": 16, "num_key_value_heads": 2, "max_window_layers": 70},
-    "qwen2.5-0.5b": {**_QWEN25, "hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24,
-                     "num_attention_heads": 14, "num_key_value_heads": 2, "max_window_layers": 21},
+SHAPES = {  # the sizes from their one table, recipes/models.py
+    "qwen2.5-3b": {**_QWEN25, **QWEN25_CONFIGS["Qwen2.5-3B"], "max_window_layers": 70},
+    "qwen2.5-0.5b": {**_QWEN25, **QWEN25_CONFIGS["Qwen2.5-0.5B"], "max_window_layers": 21},
     # head_dim 64 as the 0.5B's; the Qwen2.5 vocabulary, so the tokenizer and prompts are the real ones
     "tiny": {**_QWEN25, "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2,
              "num_attention_heads": 2, "num_key_value_heads": 2, "max_window_layers": 2, "torch_dtype": "float32"},
@@ -28,13 +28,7 @@ OF_MODEL = {"Qwen/Qwen2.5-3B-Instruct": "qwen2.5-3b", "Qwen/Qwen2.5-0.5B-Instruc
 
 
 def parameters(config: dict) -> tuple[int, int]:
-    """(all parameters, those outside the embedding) of a Qwen2 config: q/k/v with biases, o, the gated MLP, two norms
-    a layer, the final norm; the output layer tied to the embedding."""
-    hidden, inter = config["hidden_size"], config["intermediate_size"]
-    head_dim = config.get("head_dim") or hidden // config["num_attention_heads"]
-    q = config["num_attention_heads"] * head_dim
-    kv = config["num_key_value_heads"] * head_dim
-    layer = (hidden * q + q) + 2 * (hidden * kv + kv) + q * hidden + 3 * hidden * inter + 2 * hidden
-    body = config["num_hidden_layers"] * layer + hidden
-    embedding = config["vocab_size"] * hidden * (1 if config["tie_word_embeddings"] else 2)
-    return body + embedding, body
+    """(all parameters, those outside the embeddings) of a Qwen2 config, counted as the memory plan counts them."""
+    size = ModelSize.from_config("probe", config)
+    embeddings = size.embedding_parameters * (1 if size.tied else 2)
+    return size.parameters, size.parameters - embeddings
