@@ -25,7 +25,6 @@ import math
 import os
 import re
 import shlex
-import signal
 import subprocess
 import sys
 import time
@@ -36,6 +35,7 @@ from pathlib import Path
 import pytest
 
 from recipes.constants import REPO_ROOT, SHARED_GSM8K_DIR
+from recipes.harness import cpu_run
 from recipes.tracing.volume import groups_on_worker
 from testkit.trace_fault import FAULT_MODULE, UNTRACED_WORKER_ENV
 
@@ -103,16 +103,6 @@ def _launch(output: Path, name: str) -> Launch:
     return Launch(log=log, events=events, metrics=_step_metrics(log))
 
 
-def _kill_session(sid: int) -> None:
-    """Everything the smoke started (Ray's processes included) runs in its own session."""
-    for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()):
-        try:
-            if os.getsid(pid) == sid:
-                os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory, shared_gsm8k_dir_or_mini) -> Smoke:
     """The one smoke run every test reads, tracing on against a loopback W&B for both launches; agent-loop
@@ -139,12 +129,12 @@ def smoke(tmp_path_factory, shared_gsm8k_dir_or_mini) -> Smoke:
         try:
             stdout, _ = proc.communicate(timeout=SMOKE_TIMEOUT)
         except subprocess.TimeoutExpired:
-            _kill_session(proc.pid)
+            cpu_run.kill_session(proc.pid)
             stdout, _ = proc.communicate()
             pytest.fail(f"scripts/smoke_cpu.sh ran past {SMOKE_TIMEOUT} s (CPU_SMOKE_TIMEOUT); last output:\n"
                         f"{stdout[-4000:]}")
         finally:
-            _kill_session(proc.pid)
+            cpu_run.kill_session(proc.pid)
         wall_s = time.monotonic() - start
         # each worker flushed weave at the end of every generate_sequences: everything is here by now
         calls = wandb.storage.recorded_calls()

@@ -14,10 +14,10 @@ Adam's two moments, 16 bytes a parameter: whole on one GPU, a 1/GPUs shard of it
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
+from recipes.harness.learning.validation_scores import verl_metrics
 from recipes.harness.probe.share import Share
 
 PHASES = (("generation", "timing_s/gen"), ("old log-probs", "timing_s/old_log_prob"), ("reference", "timing_s/ref"),
@@ -28,14 +28,7 @@ MIB_PER_GIB = 1024
 
 def step_metrics(metrics_file: Path, step: int = 1) -> dict:
     """verl's last record of `step` in its file logger's JSON lines; {} when there is none."""
-    found = {}
-    if metrics_file.is_file():
-        for line in metrics_file.read_text().splitlines():
-            if line.strip():
-                record = json.loads(line)
-                if record.get("step") == step:
-                    found = record.get("data") or {}
-    return found
+    return verl_metrics(metrics_file, step) if metrics_file.is_file() else {}
 
 
 def _f(value, digits: int = 1) -> str:
