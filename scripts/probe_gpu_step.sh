@@ -40,7 +40,8 @@ GSM8K_DIR=${GSM8K_DIR:-}                    # GSM8K's {train,test}.jsonl; empty:
 SHARE_PROMPTS=${SHARE_PROMPTS:-$(on_cpu "" 2)}  # one GPU's prompts a step; empty: the profile's / its GPUs
 ROLLOUT_N=${ROLLOUT_N:-$(on_cpu "" 2)}      # rollouts a prompt; empty: the profile's
 RESPONSE_LENGTH=${RESPONSE_LENGTH:-$(on_cpu "" 16)}  # every response's length; empty: the profile's
-MICRO_BATCH=${MICRO_BATCH:-$(on_cpu "" 2)}  # trajectories a forward/backward; empty: the profile's
+MICRO_BATCH=${MICRO_BATCH:-$(on_cpu 4 2)}   # trajectories a forward/backward (4: what one GPU holding the whole
+                                            # offloaded actor fits, by the memory plan); empty: the profile's
 # -----------------------------------------------------------------------------------------------------
 if [ "$DEVICE" = cpu ]; then use_python cpu; else use_python auto; fi  # sets PYTHON, says which and why
 export PYTHON WORK_DIR PROFILE DEVICE DRY_RUN MODEL_PATH MODEL_SHAPE TOKENIZER_PATH GSM8K_DIR SHARE_PROMPTS ROLLOUT_N \

@@ -26,6 +26,7 @@ NAMES = {
     "bench_watchdog.py": ["watchdog_cpu_seconds", "watchdog_cpu_percent", "launcher_cpu_seconds_on",
                           "launcher_cpu_seconds_off", "launcher_peak_rss_mb_on", "launcher_peak_rss_mb_off",
                           "watchdog_imports_torch"],
+    "bench_preempt.py": ["preempt_8xh100_projection_seconds"],
     "bench_ci.py": ["ci_minutes", "ci_install_minutes", "ci_pytest_minutes", "ci_e2e_minutes", "tests_passed"],
 }
 

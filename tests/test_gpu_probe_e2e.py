@@ -44,10 +44,10 @@ def test_the_dry_run_composes_the_8xh100_share_on_one_gpu_and_starts_nothing(tmp
     assert stages(out) == ["the share of 8xh100 one GPU runs", "GSM8K rows for one step", "tokenizer and model",
                            "launcher DRY_RUN: preflight, the composed config and the plan"]
     assert ("share      8xh100: 256 prompts x 16 over 8 GPU(s) -> one GPU runs 32 prompts, 512 trajectories; "
-            "mini-batch 32 prompts, micro-batch 32; 2 of 16 agent-loop workers") in out
+            "mini-batch 32 prompts, micro-batch 4; 2 of 16 agent-loop workers") in out
     assert "run        435 steps of the profile on GSM8K's 7,473 train rows" in out
     assert ("actor state 46.0 GiB on one GPU (16 B x 3,085,938,688 parameters; 5.7 GiB a GPU on 8); the logits of a "
-            "micro-batch of 32 up to 18.5 GiB") in out
+            "micro-batch of 4 up to 2.3 GiB") in out
     assert re.search(r"^\[preflight\] model: head_dim 128, 16 heads / 2 KV heads, vocab 151936 >= \d+ tokens, context "
                      r"32768: SGLang and FlashInfer serve it, tool tags one token each$", out, re.M), out[-3000:]
     assert "DRY_RUN=1: preflight passed, nothing started; the launch would run (profile 8xh100)" in out
@@ -56,6 +56,7 @@ def test_the_dry_run_composes_the_8xh100_share_on_one_gpu_and_starts_nothing(tmp
     config = (work / "outputs" / "launch_config.yaml").read_text()
     assert "preferred_sampling_params: '{\"ignore_eos\": true}'" in config
     assert "val_before_train: false" in config and "total_training_steps: 1" in config
+    assert "param_offload: true" in config and "optimizer_offload: true" in config  # the whole actor on one GPU
     assert not (work / "model" / "model.safetensors").exists()  # no weights written
     assert json.loads((work / "model" / "config.json").read_text())["num_hidden_layers"] == 36
     assert "PROBE " not in out and not (work / "outputs" / "metrics.jsonl").exists()

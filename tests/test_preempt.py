@@ -75,7 +75,7 @@ def test_sigterm_mid_step_saves_the_step_and_says_the_same_command_resumes(preem
     assert stopped["saved"] == ["global_step_2"], "one checkpoint, of step 2, with the dataloader state (data.pt)"
     assert (checkpoints / "global_step_2" / "actor").is_dir()
     assert cpu_run.steps(stopped["log"]) == [1, 2], "the stopped launch trains steps 1 and 2, then ends"
-    assert "Traceback" not in stopped["log"]
+    assert _tracebacks_but_wandbs_exit(stopped["log"]) == [], "a stop raises nothing of the recipe's or verl's"
     lines = [line for line in stopped["log"].splitlines() if line.startswith("[launch] stopped (SIGTERM)")]
     assert lines == [f"[launch] stopped (SIGTERM) after step 2: checkpoint of step 2 in {checkpoints}/global_step_2; "
                      f"run the same command to resume at step 3 (exit status {EXIT_RESUMABLE})"], lines
@@ -118,3 +118,13 @@ def test_each_steps_traces_arrive_exactly_once_across_the_stop(preempted):
     assert keys and set(keys.values()) == {1}, f"a trajectory traced twice: {keys}"
     assert {step for step, _, _ in keys} == {1, 2, 3}, sorted(keys)
     assert all(c["ended"] for c in roots)
+
+
+def _tracebacks_but_wandbs_exit(log: str) -> list[str]:
+    """Each traceback's first lines, except wandb's own at the TaskRunner's exit (its atexit teardown finds the
+    wandb-core service gone after a stop: printed by wandb, nothing lost, left to wandb)."""
+    lines = log.splitlines()
+    starts = [i for i, line in enumerate(lines) if "Traceback (most recent call last)" in line]
+    shown = ["\n".join(lines[i:i + 3]) for i in starts]
+    return [text for text in shown if "wandb/sdk/lib/service/service_connection.py" not in text
+            or "teardown_atexit" not in text]

@@ -226,7 +226,11 @@ class Probe:
         return env
 
     def overrides(self, share: Share) -> list[str]:
-        extra = []
+        # One GPU holds the whole actor's state (8x a node GPU's share): the memory plan refuses it at ~92 GB, so its
+        # parameters and optimizer wait on the CPU between phases, as the plan's cheapest fix says; the update then
+        # includes those transfers (the report's projection is an upper bound for it)
+        extra = ["actor_rollout_ref.actor.fsdp_config.param_offload=True",
+                 "actor_rollout_ref.actor.fsdp_config.optimizer_offload=True"]
         if self.knobs.device == "cpu":  # one CPU rank, and no tool call written for the random model
             extra = ["ray_kwargs.ray_init.num_gpus=1",
                      f"++actor_rollout_ref.rollout.engine_kwargs.{CPU_ROLLOUT}.steer_every=0"]
