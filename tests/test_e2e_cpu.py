@@ -50,6 +50,9 @@ AGENT_WORKERS, UNTRACED_WORKER = 2, 0  # rollout.agent.num_workers; the worker w
 TRACING_WORKER = 1 - UNTRACED_WORKER
 TRACE_GB_PER_DAY = "0.001"  # below one group a step: clamped to 1 GRPO group a step, the workers in turn
 TRAIN_STEPS, VAL_STEPS = (1, 2, 3), (0, 2, 3)  # generate_sequences calls: training steps, validations
+# the smoke's rows are GSM8K's first ones, each far under the prompt limit: verl's overlong filter (its own test:
+# tests/test_data_prep_verl.py) would drop none here and costs each launch's start ~10 s a file on 2 cores
+NO_LENGTH_FILTER = "data.filter_overlong_prompts=false"
 # what the smoke sets per run (or a user's shell might carry into it); anything else passes on (TRACE, LOGGER, ...)
 _NOT_PASSED_ON = ("RAY_", "VERL_", "WORK_DIR", "OUTPUT_DIR", "PROFILE", "DATA_DIR", "MODEL_PATH", "GSM8K_DIR",
                   "RESUME_CHECK", "TRAIN_ROWS", "TEST_ROWS", "EXPERIMENT_NAME", "SUBMIT", "RECIPE_RESOLVED", "DRY_RUN",
@@ -118,7 +121,7 @@ def smoke(tmp_path_factory, shared_gsm8k_dir_or_mini) -> Smoke:
     env.update(PYTHON=sys.executable, WORK_DIR=str(work), GSM8K_DIR=str(shared_gsm8k_dir_or_mini), TRACE="on",
                TRACE_GB_PER_DAY=TRACE_GB_PER_DAY, WANDB_ERROR_REPORTING="false", VERL_USE_EXTERNAL_MODULES=FAULT_MODULE,
                **{UNTRACED_WORKER_ENV: str(UNTRACED_WORKER)})
-    args = shlex.split(os.environ.get("CPU_SMOKE_OVERRIDES", ""))
+    args = [NO_LENGTH_FILTER, *shlex.split(os.environ.get("CPU_SMOKE_OVERRIDES", ""))]
     with loopback_wandb() as wandb:
         env.update(wandb.env)
         env.pop("WEAVE_PRINT_CALL_LINK")  # unset, as in a user's shell: the workers must quiet weave themselves
@@ -367,7 +370,7 @@ def test_the_exported_final_checkpoint_scores_through_the_cpu_eval_path(smoke, t
     assert (record["experiment"], record["step"]) == ("gsm8k_cpu_smoke", TRAIN_STEPS[-1]), record
     env.update(DEVICE="cpu", MODEL_PATH=str(model), DATA_DIR=str(smoke.output.parent / "data"),
                OUTPUT_DIR=str(tmp_path / "eval"))
-    proc = subprocess.run(["bash", str(REPO_ROOT / "scripts" / "eval_gsm8k.sh")], env=env, text=True,
+    proc = subprocess.run(["bash", str(REPO_ROOT / "scripts" / "eval_gsm8k.sh"), NO_LENGTH_FILTER], env=env, text=True,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                           timeout=600, start_new_session=True)
     assert proc.returncode == 0, proc.stdout[-6000:]

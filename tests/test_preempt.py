@@ -1,37 +1,130 @@
-"""Stop = save, resume = the same command, through the real launcher and verl's main_ppo on the CPU.
+"""Stop = save, resume = the same command: the real launcher and verl's main_ppo on the CPU, through
+scripts/run_gsm8k_grpo.sbatch on a real SLURM (slurmctld and slurmd on this machine, the `local_slurm` fixture).
 
-One CPU run of 3 steps with `save_freq` 3 (no periodic checkpoint before the end): SIGTERM to the launcher while
-step 2 trains; the launch must end with a checkpoint of step 2, its one line and exit status 75, no Ray signal dump.
-Then the same command: it resumes at step 3 and trains only step 3, with the data order the first launch would have
-had (each of the 6 rows once over the 3 steps). W&B (offline) continues the same run id; the Weave traces (to the
-loopback W&B) of every step arrive exactly once across both launches. Two launches in all (seconds: the report).
+One CPU run of 3 steps with `save_freq` 3 (no periodic checkpoint before the end), traces on to the loopback W&B,
+W&B offline. While step 2 trains, the batch shell gets USR1 (`scancel --signal=USR1 --batch`, what
+`#SBATCH --signal=B:USR1@<s>` sends before a time limit) and forwards it to the launcher: the step is saved, the
+launcher exits 75 with its one line and no Ray signal dump, the script requeues the job; SLURM starts it again (the
+test skips SLURM's requeue delay, `scontrol update StartTime=now`) and the same command resumes at step 3 and trains
+only it, with the data order the first start would have had. The Ray cluster srun starts runs with a token only its
+owner reads; W&B continues the same run id; the traces of every step arrive exactly once across both starts.
+
+Where SLURM is neither installed nor installable (not root), the same two launches run without it: SIGTERM to the
+launcher, then the same command again. Two launches in all either way (seconds: the report).
 """
 
 from __future__ import annotations
 
 import json
-import os
+import re
+import shutil
 import signal
+import stat
+import subprocess
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
+from recipes.constants import REPO_ROOT
 from recipes.harness import cpu_run
+from recipes.harness.local_ray_cluster import free_port
 from recipes.preempt.request import EXIT_RESUMABLE
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(2400)]
+# the fixture's rows are short: verl's overlong filter, which costs the start seconds a file, has nothing to drop
 OVERRIDES = ("trainer.total_training_steps=3", "trainer.save_freq=3", "trainer.test_freq=-1",
-             "trainer.val_before_train=false")
+             "trainer.val_before_train=false", "data.filter_overlong_prompts=false")
 ROLLOUT_N, PROMPTS_PER_STEP = 2, 2  # config/profile/cpu_smoke.yaml
-LAUNCH_TIMEOUT_S = 900
+TIMEOUT_S = 1500
+REQUEUED = "[sbatch] launcher exit 75 (stopped, resumable): requeueing job"
+REQUEUE_SETTLE_S = 3
+
+
+def _job(env: dict, job_id: str) -> dict[str, str]:
+    shown = subprocess.run(["scontrol", "show", "job", job_id], env=env, capture_output=True, text=True).stdout
+    return dict(re.findall(r"(\w+)=(\S*)", shown))
+
+
+def _through_slurm(env: dict, slurm_env: dict, work: Path) -> dict:
+    """The run as a SLURM job stopped by USR1 and requeued: each start's part of the job's log, its status."""
+    log = work / "job.out"
+    # the CPU run's Ray: 2 logical GPUs (one per CPU rank) and the CPUs its placement asks for (cpu_smoke profile),
+    # its own ports and temp dir (short: Ray's socket paths live there): other Ray instances are left alone
+    ray_temp = tempfile.mkdtemp(prefix="rs", dir="/tmp")
+    env = {**env, "N_GPUS_PER_NODE": "2", "RAY_CPUS_PER_NODE": "16", "RAY_START_TIMEOUT_S": "300",
+           "RAY_PORT": str(free_port()), "RAY_HEAD_ARGS": f"--temp-dir={ray_temp} --include-dashboard=false",
+           **slurm_env}
+    submit = ["bash", "-c", 'source scripts/cpu_env.sh && exec sbatch --parsable --output="$0" '
+              'scripts/run_gsm8k_grpo.sbatch "$@"', str(log), *OVERRIDES]
+    job_id = subprocess.run(submit, cwd=REPO_ROOT, env=env, capture_output=True, text=True, check=True).stdout
+    job_id = job_id.strip().split(";")[0]
+    deadline = time.monotonic() + TIMEOUT_S
+    start = time.monotonic()
+    job: dict[str, str] = {}
+    try:
+        cpu_run.wait_for(log, r"\bstep:1 - ", None, TIMEOUT_S)
+        subprocess.run(["scancel", "--signal=USR1", "--batch", job_id], env=env, check=True)
+        signal_at = time.monotonic()
+        cpu_run.wait_for(log, r"launcher exit 75", None, TIMEOUT_S)
+        stopped_at = time.monotonic()
+        while time.monotonic() < deadline:
+            job = _job(env, job_id)
+            if job.get("JobState") == "PENDING" and job.get("Restarts") == "1":
+                # slurmd refuses a start whose credential is from the second the requeue revoked the last one's
+                # ("Job credential revoked": the job fails), which SLURM's own requeue delay never meets
+                time.sleep(REQUEUE_SETTLE_S)
+                subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], env=env, check=True)
+                break
+            time.sleep(1)
+        while time.monotonic() < deadline:
+            job = _job(env, job_id)
+            if job.get("JobState") in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"):
+                break
+            time.sleep(2)
+    finally:
+        if _job(env, job_id).get("JobState") not in ("COMPLETED", "FAILED", "CANCELLED"):
+            subprocess.run(["scancel", job_id], env=env)
+        shutil.rmtree(ray_temp, ignore_errors=True)
+    text = log.read_text(errors="replace")
+    first, found, second = text.partition(REQUEUED)
+    print(f"\n[preempt] SLURM job {job_id}: {job.get('JobState')} after {time.monotonic() - start:.0f} s; USR1 to "
+          f"the launcher's exit {stopped_at - signal_at:.1f} s; log {log}")
+    return {"via": "slurm", "job": job, "text": text, "signal": "SIGUSR1",
+            "stopped": {"status": EXIT_RESUMABLE if found else None, "log": first},
+            "resumed": {"status": 0 if job.get("ExitCode") == "0:0" else job.get("ExitCode"), "log": second}}
+
+
+def _through_the_launcher(env: dict, work: Path) -> dict:
+    """The same run without SLURM: SIGTERM to the launcher, then the same command again."""
+    runs = {}
+    for name in ("stopped", "resumed"):
+        log = work / f"{name}.log"
+        start = time.monotonic()
+        proc = cpu_run.start(env, log, *OVERRIDES)
+        try:
+            if name == "stopped":  # step 1's metrics line: step 2 is under way
+                cpu_run.wait_for(log, r"\bstep:1 - ", proc, TIMEOUT_S)
+                proc.send_signal(signal.SIGTERM)
+            status = proc.wait(timeout=TIMEOUT_S)
+        finally:
+            cpu_run.kill_session(proc.pid)
+        runs[name] = {"status": status, "log": log.read_text(errors="replace")}
+        print(f"\n[preempt] {name}: exit {status}, {time.monotonic() - start:.0f} s")
+    return {"via": "launcher", "signal": "SIGTERM", **runs}
 
 
 @pytest.fixture(scope="module")
-def preempted(tmp_path_factory, mini_gsm8k_dir):
+def preempted(request, tmp_path_factory, mini_gsm8k_dir):
     from recipes.harness.standins.weave_http_server import loopback_wandb
 
+    try:
+        slurm = request.getfixturevalue("local_slurm")
+    except pytest.skip.Exception as why:
+        print(f"\n[preempt] no SLURM here ({why}): the launcher is stopped directly")
+        slurm = None
     work = tmp_path_factory.mktemp("preempt")
     model, data = cpu_run.prepare(work, mini_gsm8k_dir)
     output = work / "outputs"
@@ -39,63 +132,59 @@ def preempted(tmp_path_factory, mini_gsm8k_dir):
         env = cpu_run.environment(model, data, output, TRACE="on", LOGGER="console,wandb", WANDB_MODE="offline",
                                   WANDB_DIR=str(work), **wandb.env)
         env.pop("WEAVE_PRINT_CALL_LINK", None)
-        runs = {}
-        for name in ("stopped", "resumed"):
-            log = work / f"{name}.log"
-            start = time.monotonic()
-            proc = cpu_run.start(env, log, *OVERRIDES)
-            signal_at = None
-            try:
-                if name == "stopped":  # step 1's metrics line: step 2 is under way
-                    cpu_run.wait_for(log, r"\bstep:1 - ", proc, LAUNCH_TIMEOUT_S)
-                    os.kill(proc.pid, signal.SIGTERM)
-                    signal_at = time.monotonic()
-                status = proc.wait(timeout=LAUNCH_TIMEOUT_S)
-            finally:
-                cpu_run.kill_session(proc.pid)
-            end = time.monotonic()
-            checkpoints = output / "checkpoints"
-            runs[name] = {"status": status, "log": log.read_text(errors="replace"), "wall_s": end - start,
-                          "signal_to_exit_s": None if signal_at is None else end - signal_at,
-                          "latest": (checkpoints / "latest_checkpointed_iteration.txt").read_text().strip(),
-                          "saved": sorted(p.parent.name for p in checkpoints.glob("global_step_*/data.pt"))}
+        run = _through_slurm(env, slurm["env"], work) if slurm else _through_the_launcher(env, work)
         calls = wandb.storage.recorded_calls()
-    for name, run in runs.items():
-        print(f"\n[preempt] {name}: exit {run['status']}, {run['wall_s']:.0f} s"
-              + (f", signal to exit {run['signal_to_exit_s']:.1f} s" if run["signal_to_exit_s"] else ""))
-    return output, runs, calls, work
+    return {**run, "output": output, "calls": calls, "work": work}
 
 
-def test_sigterm_mid_step_saves_the_step_and_says_the_same_command_resumes(preempted):
-    output, runs, _, _ = preempted
-    stopped = runs["stopped"]
+def test_a_stop_mid_step_saves_the_step_and_says_the_same_command_resumes(preempted):
+    output, stopped, sig = preempted["output"], preempted["stopped"], preempted["signal"]
     assert stopped["status"] == EXIT_RESUMABLE, f"exit {stopped['status']}:\n{stopped['log'][-5000:]}"
     checkpoints = output / "checkpoints"
-    assert stopped["latest"] == "2", "the stopped launch's newest checkpoint is the step it was in"
-    assert stopped["saved"] == ["global_step_2"], "one checkpoint, of step 2, with the dataloader state (data.pt)"
+    saved = sorted(p.parent.name for p in checkpoints.glob("global_step_*/data.pt"))
+    assert saved == ["global_step_2", "global_step_3"], "the stop's checkpoint of step 2, the end's of step 3: no other"
     assert (checkpoints / "global_step_2" / "actor").is_dir()
     assert cpu_run.steps(stopped["log"]) == [1, 2], "the stopped launch trains steps 1 and 2, then ends"
     assert _tracebacks_but_wandbs_exit(stopped["log"]) == [], "a stop raises nothing of the recipe's or verl's"
-    lines = [line for line in stopped["log"].splitlines() if line.startswith("[launch] stopped (SIGTERM)")]
-    assert lines == [f"[launch] stopped (SIGTERM) after step 2: checkpoint of step 2 in {checkpoints}/global_step_2; "
+    lines = [line for line in stopped["log"].splitlines() if line.startswith(f"[launch] stopped ({sig})")]
+    assert lines == [f"[launch] stopped ({sig}) after step 2: checkpoint of step 2 in {checkpoints}/global_step_2; "
                      f"run the same command to resume at step 3 (exit status {EXIT_RESUMABLE})"], lines
-    assert "SIGTERM received" not in stopped["log"], "Ray's signal dump: main_ppo was killed, not stopped"
+    before_the_exit = stopped["log"].split(lines[0])[0]
+    assert "SIGTERM received" not in before_the_exit, "Ray's signal dump: main_ppo was killed, not stopped"
 
 
 def test_the_same_command_resumes_at_the_next_step_and_trains_only_the_rest(preempted):
-    output, runs, _, _ = preempted
-    resumed = runs["resumed"]
+    resumed = preempted["resumed"]
     assert resumed["status"] == 0, f"exit {resumed['status']}:\n{resumed['log'][-5000:]}"
     assert "Resuming from" in resumed["log"] and "global_step_2" in resumed["log"]
     assert cpu_run.steps(resumed["log"]) == [3]
-    assert (output / "checkpoints" / "latest_checkpointed_iteration.txt").read_text().strip() == "3"
+    assert (preempted["output"] / "checkpoints" / "latest_checkpointed_iteration.txt").read_text().strip() == "3"
+
+
+def test_slurm_requeues_the_job_once_and_it_ends_completed(preempted):
+    if preempted["via"] != "slurm":
+        pytest.skip("no SLURM here: the launcher was stopped directly")
+    job, text, second = preempted["job"], preempted["text"], preempted["resumed"]["log"]
+    assert job.get("JobState") == "COMPLETED" and job.get("ExitCode") == "0:0", (job, text[-5000:])
+    assert job.get("Restarts") == "1", job
+    assert "launcher exit 75" not in second, "one line for the launcher's exit, not two"
+    assert "start 2:" in second and "[sbatch] launcher exit 0" in second
+
+
+def test_the_slurm_jobs_ray_cluster_runs_with_a_token_only_its_owner_reads(preempted):
+    if preempted["via"] != "slurm":
+        pytest.skip("no SLURM here: the launcher was stopped directly")
+    token = preempted["output"] / "ray_auth_token"
+    assert token.is_file() and stat.S_IMODE(token.stat().st_mode) == 0o600
+    assert len(token.read_text().strip()) == 64
+    assert "Token authentication is disabled" not in preempted["text"]
 
 
 def test_every_row_is_trained_once_over_both_launches_in_one_data_order(preempted):
-    output, _, _, _ = preempted
     prompts = {}
     for step in (1, 2, 3):
-        rows = [json.loads(line) for line in (output / "rollouts" / f"{step}.jsonl").read_text().splitlines()]
+        rollouts = preempted["output"] / "rollouts" / f"{step}.jsonl"
+        rows = [json.loads(line) for line in rollouts.read_text().splitlines()]
         assert len(rows) == PROMPTS_PER_STEP * ROLLOUT_N, step
         prompts[step] = {row["input"] for row in rows}
         assert len(prompts[step]) == PROMPTS_PER_STEP, step
@@ -104,15 +193,13 @@ def test_every_row_is_trained_once_over_both_launches_in_one_data_order(preempte
 
 
 def test_wandb_continues_one_run_across_the_stop(preempted):
-    output, _, _, work = preempted
-    run_id = (output / "checkpoints" / "wandb_run_id").read_text().strip()
-    runs = sorted(p.name for p in Path(work, "wandb").glob("offline-run-*"))
+    run_id = (preempted["output"] / "checkpoints" / "wandb_run_id").read_text().strip()
+    runs = sorted(p.name for p in Path(preempted["work"], "wandb").glob("offline-run-*"))
     assert len(runs) == 2 and all(name.endswith(f"-{run_id}") for name in runs), (run_id, runs)
 
 
 def test_each_steps_traces_arrive_exactly_once_across_the_stop(preempted):
-    _, _, calls, _ = preempted
-    roots = [c for c in calls if c["parent_id"] is None and not c["attributes"].get("validate")]
+    roots = [c for c in preempted["calls"] if c["parent_id"] is None and not c["attributes"].get("validate")]
     keys = Counter((c["attributes"]["step"], c["attributes"]["sample_index"], c["attributes"]["rollout_n"])
                    for c in roots)
     assert keys and set(keys.values()) == {1}, f"a trajectory traced twice: {keys}"

@@ -1,7 +1,7 @@
 """A CPU run of the recipe as a user starts one: `scripts/cpu_env.sh` sourced, then `scripts/run_gsm8k_grpo.sh`
 with PROFILE=cpu_smoke, the tiny random Qwen2 model and a few GSM8K rows (as scripts/smoke_cpu.sh prepares them),
 in its own session, its output in a log file that a caller can follow while it runs: the tests and the benchmark
-that stop a run mid-step (tests/test_preempt.py, tests/test_slurm_preempt.py, scripts/bench_preempt.py)."""
+that stop a run mid-step (tests/test_preempt.py, scripts/bench_preempt.py)."""
 
 from __future__ import annotations
 

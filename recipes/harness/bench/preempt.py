@@ -77,7 +77,7 @@ def cpu_run(work: Path) -> dict:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--projection-only", "--quick", action="store_true",
-                   help="the 8xH100 projection, no CPU run (seconds; the CPU run is tests/test_preempt.py's too)")
+                   help="the 8xH100 projection, no CPU run (the CPU run takes minutes)")
     args = p.parse_args(argv)
     total, lines = projection()
     print("\n".join(f"8xH100 projection: {line}" for line in lines), flush=True)

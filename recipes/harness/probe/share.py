@@ -75,6 +75,9 @@ class Share:
                 *(f"{key}={self.micro_batch}" for key in MICRO_BATCHES),
                 "trainer.total_training_steps=1", "trainer.val_before_train=false", "trainer.test_freq=-1",
                 "trainer.save_freq=-1",
+                # the probe's rows are GSM8K's first ones, far under every profile's prompt limit: verl's overlong
+                # filter would drop none, and it costs the launch's start seconds a file (datasets hashes the tokenizer)
+                "data.filter_overlong_prompts=false",
                 f"++{ROLLOUT}.engine_kwargs.{self.rollout}.preferred_sampling_params='{FORCED_LENGTH}'"]
 
     def sized_down(self, prompts_per_gpu: int, n: int, response_length: int, micro_batch: int, rollout: str,
