@@ -46,17 +46,20 @@ class StoppableTrainer(RayPPOTrainer):
         self._saved_step: int | None = None
         continue_wandb_run(self.config)
         try:
-            return super().fit()
+            result = super().fit()
         except _StopBeforeStep:
             # what verl does after its last step, before fit returns
             if hasattr(self.actor_rollout_wg, "async_calls_finalize_fn_exec"):
                 self.actor_rollout_wg.async_calls_finalize_fn_exec(blocking=True)
             self._shutdown_dump_executor()
-            _finish_wandb_run()
+            _finish_wandb_run(preempting=True)
             trained = self.global_steps - 1
             saved = latest_checkpoint(self._checkpoint_dir())
             record_stopped(self._checkpoint_dir(), trained, saved)
             print(f"[stop] stopped on request after step {trained}; newest checkpoint: step {saved}", flush=True)
+            return None
+        _finish_wandb_run(preempting=False)
+        return result
 
     def _checkpoint_dir(self) -> str:
         return str(self.config.trainer.default_local_dir)
@@ -103,13 +106,20 @@ def continue_wandb_run(config) -> None:
     print(f"[stop] W&B run id {run_id} ({'continued' if resumes else 'new'})", flush=True)
 
 
-def _finish_wandb_run() -> None:
-    """The W&B run verl opened in fit, marked preempting (W&B's state for a run that will be resumed) and finished
-    while its service still answers: verl's Tracking object goes with the stopped loop and finishes nothing."""
+def _finish_wandb_run(preempting: bool) -> None:
+    """The W&B run verl opened in fit, finished (marked preempting after a stop: W&B's state for a run that will be
+    resumed) and W&B's service closed, while that service still answers. Left to exit, wandb's atexit hook and verl's
+    Tracking.__del__ find the service already gone as Ray ends the TaskRunner and print tracebacks after every run."""
     wandb = sys.modules.get("wandb")
-    if wandb is not None and getattr(wandb, "run", None) is not None:
-        wandb.run.mark_preempting()
+    if wandb is None or getattr(wandb, "run", None) is None:
+        return
+    try:
+        if preempting:
+            wandb.run.mark_preempting()
         wandb.finish()
+        wandb.teardown()
+    except (Exception, SystemExit) as error:  # wandb exits with its service's status: not the training's outcome
+        print(f"[wandb] warning: closing W&B at the end of training: {error!r}", flush=True)
 
 
 class _StoppableTaskRunner(TaskRunner.__ray_metadata__.modified_class):
