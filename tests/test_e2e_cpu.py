@@ -36,6 +36,7 @@ import pytest
 
 from recipes.constants import REPO_ROOT, SHARED_GSM8K_DIR
 from recipes.harness import cpu_run
+from recipes.harness.cpu_run import NO_LENGTH_FILTER
 from recipes.tracing.volume import groups_on_worker
 from testkit.trace_fault import FAULT_MODULE, UNTRACED_WORKER_ENV
 
@@ -50,9 +51,6 @@ AGENT_WORKERS, UNTRACED_WORKER = 2, 0  # rollout.agent.num_workers; the worker w
 TRACING_WORKER = 1 - UNTRACED_WORKER
 TRACE_GB_PER_DAY = "0.001"  # below one group a step: clamped to 1 GRPO group a step, the workers in turn
 TRAIN_STEPS, VAL_STEPS = (1, 2, 3), (0, 2, 3)  # generate_sequences calls: training steps, validations
-# the smoke's rows are GSM8K's first ones, each far under the prompt limit: verl's overlong filter (its own test:
-# tests/test_data_prep_verl.py) would drop none here and costs each launch's start ~10 s a file on 2 cores
-NO_LENGTH_FILTER = "data.filter_overlong_prompts=false"
 # what the smoke sets per run (or a user's shell might carry into it); anything else passes on (TRACE, LOGGER, ...)
 _NOT_PASSED_ON = ("RAY_", "VERL_", "WORK_DIR", "OUTPUT_DIR", "PROFILE", "DATA_DIR", "MODEL_PATH", "GSM8K_DIR",
                   "RESUME_CHECK", "TRAIN_ROWS", "TEST_ROWS", "EXPERIMENT_NAME", "SUBMIT", "RECIPE_RESOLVED", "DRY_RUN",

@@ -263,18 +263,11 @@ def test_the_gpu_profile_learns_with_the_cpu_checks_sizes():
     ({"PREPARED": "{work}"}, "WORK_DIR={work} is PREPARED={work} or inside it"),
 ])
 def test_learn_gpu_refuses_a_knob_it_cannot_use_in_one_line_and_changes_nothing(tmp_path, knobs, said):
-    import os
-    import subprocess
+    from testkit.knob_refusal import EARLIER_RUN, run_refused
 
-    work = tmp_path / "work"
-    work.mkdir()
-    (work / "kept.txt").write_text("last run")
-    knobs = {k: v.format(work=work) for k, v in knobs.items()}
-    proc = subprocess.run(["bash", str(REPO_ROOT / "scripts" / "learn_gpu.sh")], capture_output=True, text=True,
-                          timeout=60, env={**os.environ, "PYTHON": sys.executable, "WORK_DIR": str(work), **knobs})
-    last = proc.stderr.strip().splitlines()[-1]
+    proc, last, work = run_refused("learn_gpu.sh", tmp_path, knobs)
     assert proc.returncode == 1 and last.startswith(f"[learn_gpu] error: {said.format(work=work)}"), proc.stderr
-    assert (work / "kept.txt").exists() and [p.name for p in work.iterdir()] == ["kept.txt"]
+    assert (work / EARLIER_RUN).exists() and [p.name for p in work.iterdir()] == [EARLIER_RUN]
 
 
 def _pipeline(work, **knobs):

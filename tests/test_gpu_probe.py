@@ -7,13 +7,12 @@ end, DRY_RUN and DEVICE=cpu: tests/test_gpu_probe_e2e.py."""
 import json
 import os
 import subprocess
-import sys
 from dataclasses import replace
 
 import pytest
 
-from recipes.constants import REPO_ROOT
 from recipes.harness.probe.shapes import OF_MODEL, SHAPES, parameters
+from testkit.knob_refusal import EARLIER_RUN, run_refused
 
 
 def test_the_shapes_have_the_published_parameter_counts_and_the_census_attention():
@@ -183,12 +182,6 @@ def test_the_memory_sampler_attributes_each_process_by_its_title(tmp_path):
      "TOKENIZER_PATH={work}/tok is inside WORK_DIR={work}"),
 ])
 def test_the_probe_refuses_a_knob_it_cannot_use_in_one_line_and_changes_nothing(tmp_path, knobs, said):
-    work = tmp_path / "work"
-    work.mkdir()
-    (work / "kept.txt").write_text("last run")
-    knobs = {k: v.format(work=work) for k, v in knobs.items()}
-    proc = subprocess.run(["bash", str(REPO_ROOT / "scripts" / "probe_gpu_step.sh")], capture_output=True, text=True,
-                          timeout=60, env={**os.environ, "PYTHON": sys.executable, "WORK_DIR": str(work), **knobs})
-    last = proc.stderr.strip().splitlines()[-1]
+    proc, last, work = run_refused("probe_gpu_step.sh", tmp_path, knobs)
     assert proc.returncode == 1 and last.startswith(f"[probe] error: {said.format(work=work)}"), proc.stderr
-    assert [p.name for p in work.iterdir()] == ["kept.txt"]
+    assert [p.name for p in work.iterdir()] == [EARLIER_RUN]

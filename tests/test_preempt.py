@@ -34,9 +34,8 @@ from recipes.harness.local_ray_cluster import free_port
 from recipes.preempt.request import EXIT_RESUMABLE
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(2400)]
-# the fixture's rows are short: verl's overlong filter, which costs the start seconds a file, has nothing to drop
 OVERRIDES = ("trainer.total_training_steps=3", "trainer.save_freq=3", "trainer.test_freq=-1",
-             "trainer.val_before_train=false", "data.filter_overlong_prompts=false")
+             "trainer.val_before_train=false", cpu_run.NO_LENGTH_FILTER)
 ROLLOUT_N, PROMPTS_PER_STEP = 2, 2  # config/profile/cpu_smoke.yaml
 TIMEOUT_S = 1500
 REQUEUED = "[sbatch] launcher exit 75 (stopped, resumable): requeueing job"

@@ -16,6 +16,9 @@ from pathlib import Path
 from recipes.constants import REPO_ROOT
 
 STEP_LINE = re.compile(r"\bstep:(\d+) - ")  # verl's console logger: one line per trained step, at its end
+# for launches on the first few GSM8K rows, each far under the prompt limit: verl's overlong filter (its own test:
+# tests/test_data_prep_verl.py) would drop none and costs each launch's start ~10 s a file on 2 cores
+NO_LENGTH_FILTER = "data.filter_overlong_prompts=false"
 # a user's shell settings that would change what the launcher does
 _NOT_PASSED_ON = ("RAY_", "VERL_", "OUTPUT_DIR", "PROFILE", "DATA_DIR", "MODEL_PATH", "EXPERIMENT_NAME", "SUBMIT",
                   "DRY_RUN", "N_GPUS_PER_NODE", "NNODES", "TOOL_SET", "WANDB_", "WF_", "WEAVE_", "TRACE",
