@@ -10,7 +10,7 @@ verl's examples/data_preprocess/gsm8k*.py (--local_save_dir, its older alias --l
 --local_dataset_path). Every split is read and checked before anything is written, and each file is replaced
 atomically, so a bad input never leaves half-written or mismatched parquet behind.
 
-GSM8K as a dataset the reward scores (data_prep/registry.py): its rows' data_source and its answer checker, DATASET.
+GSM8K as a dataset the reward scores (recipes/gsm8k/datasets.py): its rows' data_source and its answer checker, DATASET.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ if not __package__:  # run as a file from a checkout, not installed: the repo's 
 try:
     from data_prep.gsm8k_rows import DATA_SOURCE, InvalidRecord, build_row
     from data_prep.parquet_io import rows_to_table, write_parquet_atomic
-    from data_prep.registry import Dataset
     from data_prep.sources import (
         SAMPLE_DIR,
         SAMPLE_NAME,
@@ -36,9 +35,10 @@ try:
         read_hub_split,
         read_split_file,
     )
-    from recipes.answers import answers_match, extract_answer
     from recipes.constants import HUB_DATASET, SPLITS
-    from recipes.tool_sets import DEFAULT_TOOL_SET, TOOL_SETS, ToolSet, get_tool_set
+    from recipes.gsm8k.answers import answers_match, extract_answer
+    from recipes.gsm8k.datasets import Dataset
+    from recipes.gsm8k.tool_sets import DEFAULT_TOOL_SET, TOOL_SETS, ToolSet, get_tool_set
 except ModuleNotFoundError as err:
     if __name__ != "__main__":
         raise

@@ -5,9 +5,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from data_prep.rows import no_tools_source, verl_row
+from data_prep.rows import verl_row
 from recipes.constants import ANSWER_MARKER, INSTRUCTION
-from recipes.tool_sets import ToolSet
+from recipes.gsm8k.datasets import no_tools_source
+from recipes.gsm8k.tool_sets import ToolSet
 
 # GSM8K's rows: verl routes this data_source to its own GSM8K scorer, the recipe's reward to GSM8K's answer checker
 # (data_prep/gsm8k.py DATASET); rows without tools carry the other.

@@ -7,14 +7,8 @@ loop that offers no tools, so one launch can validate the same model with tools 
 from __future__ import annotations
 
 from recipes.constants import ABILITY, AGENT_NAME, AGENT_NAME_NO_TOOLS
-from recipes.tool_sets import ToolSet
-
-NO_TOOLS_SUFFIX = "_no_tools"
-
-
-def no_tools_source(data_source: str) -> str:
-    """The data_source of a dataset's rows without tools."""
-    return f"{data_source}{NO_TOOLS_SUFFIX}"
+from recipes.gsm8k.datasets import no_tools_source
+from recipes.gsm8k.tool_sets import ToolSet
 
 
 def verl_row(*, data_source: str, question: str, instruction: str, ground_truth: str, split: str, index: int,

@@ -19,12 +19,6 @@ AGENT_LOOP_CONFIG = CONFIG_DIR / "agent_loop.yaml"
 SHARED_DIR = REPO_ROOT.parent / "shared"
 SHARED_GSM8K_DIR = SHARED_DIR / "data" / "gsm8k"
 
-# The environment variable through which the launcher tells every worker its node's trace relay (the relay's URL).
-TRACE_RELAY_ENV = "GSM8K_RECIPE_TRACE_RELAY"
-# ... and the run's secret that the relay's clients present (a random token per launch; never on a command line).
-TRACE_RELAY_TOKEN_ENV = "GSM8K_RECIPE_TRACE_RELAY_TOKEN"
-# The trace relay's own route: its keeper and the workers ask it whether THIS node's relay answers.
-RELAY_HEALTH_PATH = "/trace_relay/health"
 
 HUB_DATASET = "openai/gsm8k"
 HUB_CONFIG = "main"
@@ -45,6 +39,10 @@ ANSWER_MARKER = "####"
 INSTRUCTION = 'Let\'s think step by step and output the final answer after "####".'
 
 SPLITS = ("train", "test")
+
+# The CPU runs' rollout (config/profile/cpu_*.yaml: actor_rollout_ref.rollout.name): the preflight allows no other on
+# verl's CPU platform; its stand-in server lives with the scripts that run it (scripts/harness/cpu_backend/).
+CPU_ROLLOUT_NAME = "hf_cpu"
 
 # The W&B project: verl's metrics, the Weave rollout traces and the published validation evaluations all land
 # there. Its home is the recipe config (trainer.project_name); read from there for the scripts that need it.

@@ -6,7 +6,7 @@
 #   DATA_DIR=~/data/gsm8k_notools TOOL_SET=none bash scripts/eval_gsm8k.sh        # tools off (data prep --tool_set none)
 #   MODEL_PATH=outputs/<exp>/hf VAL_N=8 VAL_TEMPERATURE=1.0 bash scripts/eval_gsm8k.sh   # pass@k from 8 samples
 #   DRY_RUN=1 bash scripts/eval_gsm8k.sh                                            # preflight + print only
-#   DEVICE=cpu MODEL_PATH=outputs/<exp>/hf bash scripts/eval_gsm8k.sh   # no GPU: recipes/cpu_backend, PROFILE=cpu_smoke
+#   DEVICE=cpu MODEL_PATH=outputs/<exp>/hf bash scripts/eval_gsm8k.sh   # no GPU: scripts/harness/cpu_backend, PROFILE=cpu_smoke
 #   LOGGER=console,wandb bash scripts/eval_gsm8k.sh    # also publish the result as a Weave Evaluation (PUBLISH=1 too)
 #
 # The launcher's knobs (PROFILE, MODEL_PATH, DATA_DIR, TOOL_SET, OUTPUT_DIR, ...) pass through with the
@@ -17,7 +17,7 @@ set -euo pipefail
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 . "$REPO_ROOT/scripts/python_env.sh"
 # ---- knobs (evaluation's own) ------------------------------------------------------------------------
-DEVICE=${DEVICE:-gpu}                  # gpu | cpu: verl on recipes/cpu_backend's CPU stand-ins (small models only)
+DEVICE=${DEVICE:-gpu}                  # gpu | cpu: verl on scripts/harness/cpu_backend's CPU stand-ins (small models only)
 VAL_N=${VAL_N:-1}                      # samples per question; >1 gives pass@k (needs VAL_TEMPERATURE > 0)
 VAL_TEMPERATURE=${VAL_TEMPERATURE:-0}  # 0 = greedy
 PASS_K=${PASS_K:-$VAL_N}

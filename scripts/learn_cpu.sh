@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The CPU learning check: does the recipe's GRPO turn reward into better tool use? On a 2-core machine
-# with no GPU and no hub: a synthetic arithmetic task in GSM8K's format (recipes/harness/learning/task.py; TASK=chain:
+# with no GPU and no hub: a synthetic arithmetic task in GSM8K's format (scripts/harness/learning/task.py; TASK=chain:
 # problems of 1, 2 or 3 chained operations) prepared by the recipe's data prep; a small tokenizer and a
 # ~0.46M-parameter Qwen2 built offline; an SFT warm start on transcripts rendered as verl's agent loop renders them;
 # then GRPO through the recipe's own launcher (scripts/run_gsm8k_grpo.sh, PROFILE=cpu_learn: no steering, every
@@ -15,7 +15,7 @@
 #                                                  # a quick pass through every stage (a warm start that learned nothing)
 #   SFT_MODEL=/tmp/gsm8k_cpu_learn/model_sft bash scripts/learn_cpu.sh  # GRPO again from an earlier warm start
 #
-# The pipeline is `python -m recipes.harness.learning` (recipes/harness/learning/pipeline.py); this script holds its
+# The pipeline is `python -m harness.learning` (scripts/harness/learning/pipeline.py); this script holds its
 # knobs. Scores come from the user's path: scripts/export_checkpoint.py, then `DEVICE=cpu PROFILE=cpu_learn
 # scripts/eval_gsm8k.sh` (a validation-only run of the launcher, scored by scripts/eval_summary.py), tools on and off;
 # their logs and summaries are under $WORK_DIR/eval/.
@@ -42,4 +42,4 @@ CPU_ISA=${CPU_ISA:-avx2}                    # the instruction set torch's and MK
 use_python cpu
 export WORK_DIR GRPO_STEPS CPU_ISA
 cd "$REPO_ROOT"
-PYTHONPATH="$REPO_ROOT${PYTHONPATH:+:$PYTHONPATH}" exec "$PYTHON" -m recipes.harness.learning "$@"
+PYTHONPATH="$REPO_ROOT:$REPO_ROOT/scripts${PYTHONPATH:+:$PYTHONPATH}" exec "$PYTHON" -m harness.learning "$@"

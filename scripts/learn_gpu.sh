@@ -21,7 +21,7 @@
 #   PREPARED=/tmp/gsm8k_gpu_learn/prepared bash scripts/learn_gpu.sh   # on the GPU node (the folder copied there, the
 #                                                              # same knobs): GRPO and the scores only, ~6 minutes
 #
-# The pipeline is `python -m recipes.harness.learning.gpu_pipeline` (recipes/harness/learning/gpu_pipeline.py); this
+# The pipeline is `python -m harness.learning.gpu_pipeline` (scripts/harness/learning/gpu_pipeline.py); this
 # script holds its knobs, the learning checks' shared ones in scripts/learn_knobs.sh. Everything it writes (task,
 # data, models, the launch's outputs and logs, scores) is under WORK_DIR; extra arguments are hydra overrides for
 # the launch. `[learn_gpu] stage: ...` lines mark its stages; the verdict's lines (the CPU check's rule: +20 points
@@ -52,4 +52,4 @@ if [ "$DEVICE" = cpu ]; then use_python cpu; else use_python auto; fi  # sets PY
 if [ -n "$PREPARED" ] && [ -d "$PREPARED" ]; then PREPARED=$(cd "$PREPARED" && pwd); fi  # before the cd below
 export WORK_DIR GRPO_STEPS DEVICE DRY_RUN PREPARE_ONLY PREPARED
 cd "$REPO_ROOT"
-PYTHONPATH="$REPO_ROOT${PYTHONPATH:+:$PYTHONPATH}" exec "$PYTHON" -m recipes.harness.learning.gpu_pipeline "$@"
+PYTHONPATH="$REPO_ROOT:$REPO_ROOT/scripts${PYTHONPATH:+:$PYTHONPATH}" exec "$PYTHON" -m harness.learning.gpu_pipeline "$@"

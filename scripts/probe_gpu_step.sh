@@ -13,7 +13,7 @@
 #   PROFILE=4gpu bash scripts/probe_gpu_step.sh       # another profile's share
 #   DEVICE=cpu bash scripts/probe_gpu_step.sh         # the same stages on the CPU stand-ins at a tiny size
 #
-# The probe is `python -m recipes.harness.probe` (recipes/harness/probe/); this script holds its knobs. Everything it
+# The probe is `python -m harness.probe` (scripts/harness/probe/); this script holds its knobs. Everything it
 # writes (data, model, the launch's outputs and log, metrics.jsonl) is under WORK_DIR; extra arguments are hydra
 # overrides for the launch. `[probe] stage: ...` lines mark its stages; the last line is one line:
 # PROBE step_s=<s> gen_s=<s> old_log_prob_s=<s> ref_s=<s> update_s=<s> weight_sync_s=<s> gen_tokens_per_s=<n>
@@ -47,4 +47,4 @@ if [ "$DEVICE" = cpu ]; then use_python cpu; else use_python auto; fi  # sets PY
 export PYTHON WORK_DIR PROFILE DEVICE DRY_RUN MODEL_PATH MODEL_SHAPE TOKENIZER_PATH GSM8K_DIR SHARE_PROMPTS ROLLOUT_N \
   RESPONSE_LENGTH MICRO_BATCH
 cd "$REPO_ROOT"
-PYTHONPATH="$REPO_ROOT${PYTHONPATH:+:$PYTHONPATH}" exec "$PYTHON" -m recipes.harness.probe "$@"
+PYTHONPATH="$REPO_ROOT:$REPO_ROOT/scripts${PYTHONPATH:+:$PYTHONPATH}" exec "$PYTHON" -m harness.probe "$@"

@@ -5,7 +5,7 @@
 # few GSM8K rows with multi-turn calculator calls, validates, saves a checkpoint, then a second launch resumes
 # from it into a third step; the rollout report and eval summary run on the dumps. Time and RAM: docs/measured.md
 # (smoke_cpu_minutes, smoke_cpu_ram_gb). The CPU stand-ins (platform, FSDP2 engine, rollout server) are in
-# recipes/cpu_backend. It runs in the project's CPU env (.venv, built on first use; scripts/python_env.sh says
+# scripts/harness/cpu_backend. It runs in the project's CPU env (.venv, built on first use; scripts/python_env.sh says
 # which Python and why). GSM8K comes from --input_dir / GSM8K_DIR if given, else the hub, else the small GSM8K
 # sample in data_prep/gsm8k_sample; the smoke says which. It ends with where the report is, what a pass looks like
 # and, last, the validation's RESULT line.
@@ -21,7 +21,7 @@
 # NODES=2 (or more): a Ray cluster of that many nodes on 127.0.0.1 (scripts/local_ray_cluster.py: a raylet each,
 # own temp dir and ports), the smoke submitted to it through the recipe's multi-node path (SUBMIT=ray, one launch, one
 # rank and one agent-loop worker per node) with traces on, to WANDB_BASE_URL / WF_TRACE_SERVER_URL or, unset, the W&B
-# stand-in (recipes/harness/standins/weave_http_server.py); during training one node's trace relay is SIGKILLed and another's
+# stand-in (scripts/harness/standins/weave_http_server.py); during training one node's trace relay is SIGKILLed and another's
 # SIGSTOPped for STOP_SECONDS (scripts/relay_faults.py, by command line); then the cluster stops. Last line:
 # RESULT nodes=<n> traced=<t> acknowledged=<a> lost_traces=<l> duplicate_traces=<d> relays_replaced=<r>
 # (scripts/trace_tally.py). Time and figures: docs/measured.md (multinode_*).
@@ -58,7 +58,7 @@ set -- "${ARGS[@]}"
 
 use_python cpu
 cd "$REPO_ROOT"
-export PYTHONPATH="$REPO_ROOT${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH="$REPO_ROOT:$REPO_ROOT/scripts${PYTHONPATH:+:$PYTHONPATH}"  # scripts/harness: the stand-ins
 log() { echo "[smoke_cpu] $*" >&2; }
 # Only folders the smoke made (or new or empty ones) are emptied, never a real run's (recipes/folder_guard.py)
 guard() { "$PYTHON" -m recipes.folder_guard "$1" --made-by smoke_cpu --knob "$2" "$3" || exit 1; }
@@ -70,7 +70,7 @@ if [ "$NODES" -gt 1 ]; then  # each node's relay keeps its traces there; a stale
 fi
 
 log "tiny random Qwen2 model -> $WORK_DIR/model"
-"$PYTHON" -c 'import sys; from recipes.harness.qwen_tokenizer import build_tiny_qwen2_model_dir as build; build(sys.argv[1])' \
+"$PYTHON" -c 'import sys; from harness.qwen_tokenizer import build_tiny_qwen2_model_dir as build; build(sys.argv[1])' \
   "$WORK_DIR/model"
 SOURCE=(--fallback_sample)  # given a folder, that folder or an error: never another source in its place
 if [ -n "$GSM8K_DIR" ]; then SOURCE=(--input_dir "$GSM8K_DIR"); fi
@@ -99,13 +99,13 @@ multinode() {  # NODES>1: see the header
   trap cleanup EXIT
   if [ -z "${WANDB_BASE_URL:-}" ]; then  # the benchmark's own W&B: the stand-in, on 127.0.0.1
     rm -f "$WORK_DIR/wandb.url"
-    "$PYTHON" -m recipes.harness.standins.weave_http_server --url-file "$WORK_DIR/wandb.url" \
+    "$PYTHON" -m harness.standins.weave_http_server --url-file "$WORK_DIR/wandb.url" \
       >"$OUTPUT_DIR/logs/wandb_standin.log" 2>&1 &
     standin=$!
     for _ in $(seq 1800); do [ -s "$WORK_DIR/wandb.url" ] && break; sleep 0.1; done  # it imports weave
     WANDB_BASE_URL=$(cat "$WORK_DIR/wandb.url")
     export WANDB_BASE_URL WF_TRACE_SERVER_URL=$WANDB_BASE_URL/traces WANDB_ENTITY=${WANDB_ENTITY:-loopback-entity}
-    export WANDB_API_KEY=${WANDB_API_KEY:-$("$PYTHON" -c 'from recipes.harness.standins.weave_http_server import API_KEY; print(API_KEY)')}
+    export WANDB_API_KEY=${WANDB_API_KEY:-$("$PYTHON" -c 'from harness.standins.weave_http_server import API_KEY; print(API_KEY)')}
   fi
   export WEAVE_USE_SERVER_CACHE=false WEAVE_PRINT_CALL_LINK=false
   log "a Ray cluster of $NODES nodes on 127.0.0.1 -> $cluster_dir (traces to $WANDB_BASE_URL)"
@@ -145,7 +145,7 @@ launch() {  # name, overrides...: one main_ppo through the launcher, its output 
   local name=$1; shift
   log "launch '$name' -> $OUTPUT_DIR/logs/$name.log"
   local start=$SECONDS
-  # the rollout servers' evidence (weight checksums, steered turns): one JSON line each (recipes/cpu_backend/server.py)
+  # the rollout servers' evidence (weight checksums, steered turns): one JSON line each (scripts/harness/cpu_backend/server.py)
   CPU_ROLLOUT_EVENTS="$OUTPUT_DIR/logs/$name.rollout_events.jsonl" \
     bash scripts/run_gsm8k_grpo.sh "$@" 2>&1 | tee "$OUTPUT_DIR/logs/$name.log"
   log "launch '$name' took $((SECONDS - start)) s"

@@ -1,5 +1,5 @@
 """Fixtures shared across the suite. Test doubles live in tests/testkit/ (imported as `testkit`, pyproject.toml's
-pytest pythonpath); the stand-ins benchmarks need too are product, in recipes/harness/standins/."""
+pytest pythonpath); the stand-ins the scripts need too live with them, in scripts/harness/standins/."""
 
 import atexit
 import os
@@ -28,8 +28,10 @@ atexit.register(shutil.rmtree, _HUB_CACHE, ignore_errors=True)
 os.environ["HF_HUB_CACHE"] = str(write_hub_cache(Path(_HUB_CACHE)))
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-# the test doubles import in the processes tests start too (a smoke's Ray workers load testkit.trace_fault)
-os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT / "tests"), *filter(None, [os.environ.get("PYTHONPATH")])])
+# the test doubles and the harness import in the processes tests start too (a smoke's Ray workers load
+# testkit.trace_fault and harness.cpu_backend)
+os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT / "tests"), str(REPO_ROOT / "scripts"),
+                                            *filter(None, [os.environ.get("PYTHONPATH")])])
 MINI_GSM8K = REPO_ROOT / "tests" / "fixtures" / "gsm8k_mini"
 
 
@@ -94,7 +96,7 @@ def ray_cluster(tmp_path_factory):
     driver needs). Only its own processes are stopped at the end."""
     from unittest import mock
 
-    from recipes.harness import local_ray_cluster as cluster
+    import local_ray_cluster as cluster
 
     directory = tmp_path_factory.mktemp("ray_cluster")
     workers_import = {"PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ["PYTHONPATH"]])}
@@ -113,11 +115,11 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def local_slurm(tmp_path_factory):
-    """A one-node SLURM on 127.0.0.1 (slurmctld + slurmd, auth/none; recipes/harness/local_slurm.py), installed with
+    """A one-node SLURM on 127.0.0.1 (slurmctld + slurmd, auth/none; tests/testkit/local_slurm.py), installed with
     apt-get when missing: its `env` (SLURM_CONF) for sbatch, scontrol and scancel. Its daemons stop at the end."""
     import shutil
 
-    from recipes.harness import local_slurm
+    from testkit import local_slurm
 
     if not shutil.which("slurmctld") and os.geteuid() != 0:
         pytest.skip(f"SLURM is not installed and this user cannot install it (apt-get install {local_slurm.PACKAGE})")

@@ -39,7 +39,7 @@ def test_every_bench_script_has_a_quick_run_here_or_its_own_test():
 
 @pytest.mark.parametrize("bench", sorted(NAMES))
 def test_the_quick_mode_runs_and_ends_with_its_result_line(bench, tmp_path):
-    from recipes.harness.bench import measured
+    import record_measured as measured
 
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_ERROR_REPORTING": "false"}
     proc = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / bench), "--quick"], cwd=tmp_path, env=env,

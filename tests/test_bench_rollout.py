@@ -1,6 +1,6 @@
 """scripts/bench_rollout.py --quick, its CI shape (2 steps x 8 prompts x 4 rollouts on 2 agent-loop workers): verl's
 real agent-loop manager and workers in a real Ray cluster, the recipe's config for PROFILE=8xh100, its tools, parser,
-reward, tracing and trace relay, against the GSM8K replay LLM stand-in (recipes/harness/standins/gsm8k_replay_llm.py).
+reward, tracing and trace relay, against the GSM8K replay LLM stand-in (scripts/harness/standins/gsm8k_replay_llm.py).
 W&B is this test's own loopback stand-in, given to the bench in WANDB_BASE_URL. Every trajectory comes back, and every
 call the workers traced reaches W&B exactly once.
 The stand-in's own rules (turns from GSM8K's solutions, the kinds of trajectory) are checked without Ray."""
@@ -15,9 +15,9 @@ import sys
 
 import pytest
 
+from harness.standins.gsm8k_replay_llm import KINDS, load_solutions, replay_turns
+from harness.standins.weave_http_server import API_KEY, loopback_wandb
 from recipes.constants import REPO_ROOT
-from recipes.harness.standins.gsm8k_replay_llm import KINDS, load_solutions, replay_turns
-from recipes.harness.standins.weave_http_server import API_KEY, loopback_wandb
 from tools.calculator import NAME as CALCULATOR
 
 pytestmark = pytest.mark.timeout(600)
@@ -138,7 +138,7 @@ def test_over_gsm8k_train_the_calls_follow_its_steps(shared_gsm8k_dir):
 
 
 def test_the_rss_slope_tells_a_leak_from_warm_up():
-    from recipes.harness.bench.rollout.figures import rss_slope
+    from harness.bench_rollout.figures import rss_slope
     warm_up = [[1000 + min(step, 10) * 8, 1010 + min(step, 12) * 6] for step in range(51)]  # +80 MB, then flat
     leak = [[1000 + step * 2.0, 1000 + step * 0.5] for step in range(51)]
     assert rss_slope(warm_up) == 0.0

@@ -61,7 +61,7 @@ def test_non_string_expression_is_refused():
 def calculator_tool():
     from verl.tools.tool_registry import initialize_tools_from_config
 
-    from recipes.tool_sets import get_tool_set
+    from recipes.gsm8k.tool_sets import get_tool_set
 
     (tool,) = initialize_tools_from_config(str(get_tool_set("calculator").config_path))
     return tool

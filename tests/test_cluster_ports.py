@@ -4,7 +4,7 @@ falls in a worker range (CI failed once on `worker_ports is trying to use a port
 import re
 import socket
 
-from recipes.harness import local_ray_cluster as cluster
+import local_ray_cluster as cluster
 
 
 def _flags(flags: list[str]) -> dict[str, int]:

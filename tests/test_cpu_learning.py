@@ -1,7 +1,7 @@
-"""The CPU learning check's pieces (recipes/harness/learning): the synthetic tasks (one step, and chains of 1-3 steps)
+"""The CPU learning check's pieces (scripts/harness/learning): the synthetic tasks (one step, and chains of 1-3 steps)
 go through the recipe's data prep, and an SFT transcript is, token for token, what verl's real ToolAgentLoop holds
 after the same conversation, for every number of calls of one-, two- and three-step problems (the recipe's config,
-tool and parser; only the LLM server is scripted, recipes.harness.standins.scripted_llm)."""
+tool and parser; only the LLM server is scripted, harness.standins.scripted_llm)."""
 
 import asyncio
 import json
@@ -12,14 +12,14 @@ import pytest
 
 from data_prep.gsm8k import main as data_prep_main
 from data_prep.gsm8k_rows import SourceRecord, build_row
+from harness import agent_loop_inprocess as harness
+from harness.learning import task
+from harness.learning.small_model import build_from_rows
+from harness.learning.transcripts import Renderer, depth_of, expressions_of, scripted_turns
+from harness.standins.scripted_llm import ScriptedLLM
 from recipes import folder_guard
 from recipes.constants import REPO_ROOT
-from recipes.harness import agent_loop_inprocess as harness
-from recipes.harness.learning import task
-from recipes.harness.learning.small_model import build_from_rows
-from recipes.harness.learning.transcripts import Renderer, depth_of, expressions_of, scripted_turns
-from recipes.harness.standins.scripted_llm import ScriptedLLM
-from recipes.tool_sets import get_tool_set
+from recipes.gsm8k.tool_sets import get_tool_set
 from testkit.model_folder import assert_carries_transformers_version
 
 
@@ -160,7 +160,7 @@ def test_chain_transcripts_equal_the_agent_loops_tokens_for_every_number_of_call
 
 def test_evaluator_scores_the_agent_loops_rollouts_with_the_recipes_reward(small):
     """Scripted turns of known quality in, accuracy and tool-call rate out (tools on and tools off)."""
-    from recipes.harness.learning.evaluate import OVERRIDES, score_rollouts
+    from harness.learning.evaluate import OVERRIDES, score_rollouts
 
     tok, rows = small
     rows = rows[:4]
@@ -193,7 +193,7 @@ def test_sft_learns_only_assistant_tokens(small, tmp_path):
     import torch
     from transformers import AutoModelForCausalLM
 
-    from recipes.harness.learning.sft import batch_tensors
+    from harness.learning.sft import batch_tensors
 
     tok, rows = small
     renderer = Renderer(tok, get_tool_set("calculator").chat_schemas())
@@ -219,7 +219,7 @@ def test_sft_learns_only_assistant_tokens(small, tmp_path):
 def test_sft_mixes_tool_and_direct_transcripts_at_the_asked_share(small):
     import random
 
-    from recipes.harness.learning.sft import pick_transcripts
+    from harness.learning.sft import pick_transcripts
 
     tok, rows = small
     renderer = Renderer(tok, get_tool_set("calculator").chat_schemas())
@@ -240,7 +240,7 @@ def test_sft_on_chains_calls_for_every_step_less_often_the_deeper_the_problem(ch
     chain to its end with probability tool_fraction ** depth, leaving GRPO the deep problems to learn."""
     import random
 
-    from recipes.harness.learning.sft import pick_transcripts
+    from harness.learning.sft import pick_transcripts
 
     tok, rows = chain
     renderer = Renderer(tok, get_tool_set("calculator").chat_schemas())
@@ -265,7 +265,7 @@ def test_the_unmasked_loop_trains_on_tool_tokens_and_scores_as_the_recipe(chain)
     recipe's, with the tool responses' tokens in the response mask."""
     from omegaconf import OmegaConf
 
-    from recipes.rollout.agent_loop import REWARD_EXTRA_INFO, ScoredToolAgentLoop
+    from recipes.gsm8k.agent_loop import REWARD_EXTRA_INFO, ScoredToolAgentLoop
     from testkit.unmasked_agent_loop import UnmaskedToolAgentLoop
 
     tok, rows = chain
@@ -287,7 +287,7 @@ def test_the_unmasked_loop_trains_on_tool_tokens_and_scores_as_the_recipe(chain)
 
 def test_flipped_reward_negates_only_the_score():
     from data_prep.gsm8k_rows import DATA_SOURCE
-    from recipes.rollout.reward import compute_score
+    from recipes.gsm8k.reward import compute_score
     from testkit.flipped_reward import compute_score as flipped
 
     text = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "1 + 2"}}\n</tool_call>\n#### 3'
@@ -302,7 +302,7 @@ def test_flipped_reward_negates_only_the_score():
     ((0.37, 0.76, 0.60, 0.70), ["tool-call rate", "tools on"]),
 ])
 def test_the_verdict_names_each_criterion_it_fails(scores, failed):
-    from recipes.harness.learning.verdict import judge
+    from harness.learning.verdict import judge
 
     verdicts = judge(*scores)
     assert len(verdicts) == 3
@@ -315,7 +315,7 @@ def test_the_verdict_says_the_tools_off_criterion_holds_by_construction(tmp_path
     """The warm start's SFT renders every transcript with the calculator offered: a prompt without tools is one it
     never saw, so its tools-off accuracy is ~0 whatever it learned. The verdict keeps the criterion (it catches a
     tools-off validation that offered the tool after all) and says, where it prints it, what it does not show."""
-    from recipes.harness.learning import verdict
+    from harness.learning import verdict
 
     paths = []
     for name, summary in (("sft", {"strict_acc": 0.4}), ("final", {"strict_acc": 0.9, "tool_call_rate": 1.0}),
@@ -342,7 +342,7 @@ def chain_summary(acc, acc3, calls_per_op=1.0, rate=1.0):
     (chain_summary(0.45, 0.60), ["after GRPO"]),
 ])
 def test_the_chain_verdict_judges_the_deepest_problems_and_calls_per_operation(final, failed, tmp_path, capsys):
-    from recipes.harness.learning import verdict
+    from harness.learning import verdict
 
     sft, off = chain_summary(0.30, 0.20, calls_per_op=0.5), chain_summary(0.0, 0.0, rate=0.0)
     verdicts = verdict.judge_chain(sft, final, off)
@@ -375,7 +375,7 @@ def _sft_args(small, tmp_path) -> list[str]:
 
 def test_sft_stops_and_saves_nothing_when_the_tool_only_phase_has_not_converged(small, tmp_path):
     """learn_cpu.sh restarts a stuck warm start from a new init on exit NOT_CONVERGED; a converged one is saved."""
-    from recipes.harness.learning import sft
+    from harness.learning import sft
 
     base = [*_sft_args(small, tmp_path), "--steps", "3"]
     common = [*base, "--tool_only_steps", "2"]
@@ -393,7 +393,7 @@ def test_sft_stops_and_saves_nothing_when_the_tool_only_phase_has_not_converged(
 def test_sft_hands_its_weight_decay_to_the_optimizer(small, tmp_path, monkeypatch):
     import torch
 
-    from recipes.harness.learning import sft
+    from harness.learning import sft
 
     seen, adamw = [], torch.optim.AdamW
 
@@ -410,7 +410,7 @@ def test_sft_hands_its_weight_decay_to_the_optimizer(small, tmp_path, monkeypatc
 
 def _stub_python(tmp_path):
     """A stand-in for the interpreter learn_cpu.sh hands its knobs to: the pipeline itself (`-m
-    recipes.harness.learning`) runs on the real one; every step it starts (task, data prep, model, SFT) does nothing
+    harness.learning`) runs on the real one; every step it starts (task, data prep, model, SFT) does nothing
     but note its arguments and the kernel pins in its environment (tmp_path/calls.txt, one line each), and the first
     evaluation (eval_gsm8k.sh's launcher, `python -m recipes.launch`) fails, so the check stops right after it has
     set up the warm start. The script's own check that the interpreter has verl (scripts/python_env.sh, `-c`) passes
@@ -418,7 +418,7 @@ def _stub_python(tmp_path):
     stub = tmp_path / "python"
     stub.write_text('#!/usr/bin/env bash\n'
                     'if [ "$1" = -c ]; then exit 0; fi\n'
-                    f'if [ "$1 $2" = "-m recipes.harness.learning" ]; then exec {sys.executable} "$@"; fi\n'
+                    f'if [ "$1 $2" = "-m harness.learning" ]; then exec {sys.executable} "$@"; fi\n'
                     f'echo "$* | ISA=${{ATEN_CPU_CAPABILITY:-}},${{MKL_CBWR:-}},${{MKL_ENABLE_INSTRUCTIONS:-}}" '
                     f'>> {tmp_path / "calls.txt"}\n'
                     'case "$*" in *recipes.launch*) exit 7 ;; esac\nexit 0\n')
@@ -471,7 +471,7 @@ def test_learn_cpu_refuses_an_sft_model_that_is_not_a_model_and_changes_nothing(
 def test_learn_cpu_gives_the_sft_numbers_for_either_task(tmp_path, task_name):
     """Every size the SFT gets is a number (the chain task's defaults once reached it as unfilled names)."""
     proc = _learn_cpu(tmp_path, WORK_DIR=str(tmp_path / "work"), TASK=task_name)
-    [(args, _)] = _stub_calls(tmp_path, "recipes.harness.learning.sft")
+    [(args, _)] = _stub_calls(tmp_path, "harness.learning.sft")
     sizes = {flag: args[args.index(flag) + 1] for flag in ("--steps", "--tool_only_steps", "--tool_fraction",
                                                              "--converged_loss", "--batch_size", "--lr",
                                                              "--schedule_steps")}
@@ -480,9 +480,9 @@ def test_learn_cpu_gives_the_sft_numbers_for_either_task(tmp_path, task_name):
     assert int(sizes["--schedule_steps"]) >= int(sizes["--steps"])  # the cosine ends at or after the last step
     # the chain's copy plateau is left with weight decay; the one-step check's warm start stays as documented
     assert float(args[args.index("--weight_decay") + 1]) == (0.1 if task_name == "chain" else 0.0)
-    [(task_args, _)] = _stub_calls(tmp_path, "recipes.harness.learning.task")
+    [(task_args, _)] = _stub_calls(tmp_path, "harness.learning.task")
     assert task_args[task_args.index("--task") + 1] == task_name
-    turns = _stub_calls(tmp_path, "recipes.harness.learning.turn_accuracy")  # the chain's warm start, turn by turn
+    turns = _stub_calls(tmp_path, "harness.learning.turn_accuracy")  # the chain's warm start, turn by turn
     assert [args[args.index("--model_dir") + 1] for args, _ in turns] == (
         [str(tmp_path / "work" / "model_sft")] if task_name == "chain" else [])
 
@@ -496,7 +496,7 @@ def test_learn_cpu_pins_the_cpu_kernels_of_every_process(tmp_path, cpu_isa, pins
     env = {"WORK_DIR": str(tmp_path / "work")} | ({} if cpu_isa is None else {"CPU_ISA": cpu_isa})
     _learn_cpu(tmp_path, **env)
     calls = _stub_calls(tmp_path, "")
-    assert {"recipes.harness.learning.sft", "recipes.launch"} <= {a for args, _ in calls for a in args}
+    assert {"harness.learning.sft", "recipes.launch"} <= {a for args, _ in calls for a in args}
     assert {isa for _, isa in calls} == {pins}
 
 

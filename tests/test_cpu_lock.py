@@ -6,7 +6,7 @@ scripts/check_cpu_lock.py --resolve` is the same check through pip against the p
 
 import pytest
 
-from recipes.harness import cpu_lock
+import check_cpu_lock as cpu_lock
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,6 @@
-"""The CPU stand-ins of recipes/cpu_backend, piece by piece, with a real tiny Qwen2 model (Qwen2.5 tokenizer and chat
-template) and verl's own parsers and config classes. The whole path through verl's main_ppo is tests/test_e2e_cpu.py."""
+"""The CPU stand-ins of scripts/harness/cpu_backend, piece by piece, with a real tiny Qwen2 model (Qwen2.5
+tokenizer and chat template) and verl's own parsers and config classes. The whole path through verl's main_ppo is
+tests/test_e2e_cpu.py."""
 
 import asyncio
 import json
@@ -7,11 +8,11 @@ import json
 import pytest
 import torch
 
-from recipes.cpu_backend.generation import Sampling, generate
-from recipes.cpu_backend.steering import SteeringLedger, forced_tool_call, is_first_turn, prompt_key
-from recipes.harness.qwen_tokenizer import build_tiny_qwen2_model_dir
-from recipes.rollout.reward import count_tool_calls
-from recipes.tool_sets import get_tool_set
+from harness.cpu_backend.generation import Sampling, generate
+from harness.cpu_backend.steering import SteeringLedger, forced_tool_call, is_first_turn, prompt_key
+from harness.qwen_tokenizer import build_tiny_qwen2_model_dir
+from recipes.gsm8k.reward import count_tool_calls
+from recipes.gsm8k.tool_sets import get_tool_set
 from tools.calculator import NAME as CALCULATOR
 
 QUESTION = "Natalia sold 48 clips in April and half as many in May. How many clips did she sell in total?"
@@ -26,7 +27,7 @@ def model_dir(tmp_path_factory):
 def server(model_dir):
     from verl.workers.config import RolloutConfig
 
-    from recipes.cpu_backend.server import CpuRolloutServer
+    from harness.cpu_backend.server import CpuRolloutServer
 
     config = RolloutConfig(name="hf_cpu", prompt_length=512, response_length=24, load_format="auto")
     model_config = {"path": str(model_dir), "override_config": {"attn_implementation": "sdpa"}}
@@ -123,7 +124,7 @@ def test_ignore_eos_runs_a_turn_to_its_length_limit_and_the_servers_preferred_pa
     request's own parameters override; the stand-in honours both as SGLang 0.5.12 does."""
     from verl.workers.config import RolloutConfig
 
-    from recipes.cpu_backend.server import CpuRolloutServer
+    from harness.cpu_backend.server import CpuRolloutServer
 
     prompt = encode(tok, first_turn_text(tok))
     params = {"temperature": 0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": False}
@@ -157,7 +158,7 @@ def test_what_a_request_samples_does_not_depend_on_which_request_came_first(mode
     sample the same per request, as concurrent multi-turn rollouts reach the model in a different order each run."""
     from verl.workers.config import RolloutConfig
 
-    from recipes.cpu_backend.server import CpuRolloutServer
+    from harness.cpu_backend.server import CpuRolloutServer
 
     def fresh_server():
         config = RolloutConfig(name="hf_cpu", prompt_length=512, response_length=12, load_format="auto", seed=7)
@@ -218,7 +219,7 @@ def test_a_group_of_two_gets_exactly_one_steered_first_turn(server, tok):
 def test_weights_from_the_trainer_replace_the_rollout_weights_and_change_the_checksum(server, model_dir):
     from transformers import AutoModelForCausalLM
 
-    from recipes.cpu_backend.server import weights_checksum
+    from harness.cpu_backend.server import weights_checksum
 
     before = weights_checksum(server.model)
     trained = AutoModelForCausalLM.from_pretrained(str(model_dir))
@@ -233,7 +234,7 @@ def test_weights_from_the_trainer_replace_the_rollout_weights_and_change_the_che
 
 
 def test_the_cpu_platform_answers_for_verl():
-    from recipes.cpu_backend.platform import CPU_DEVICE, CpuPlatform
+    from harness.cpu_backend.platform import CPU_DEVICE, CpuPlatform
 
     platform = CpuPlatform()
     assert (platform.device_name, platform.communication_backend_name(), platform.ray_resource_name()) == \
@@ -248,7 +249,7 @@ def test_the_cpu_platform_answers_for_verl():
 def test_the_launch_preflight_counts_no_gpus_for_cpu_ranks(monkeypatch):
     from recipes.preflight.checks import check_gpus
     from recipes.preflight.compose import compose_config
-    from recipes.preflight.report import Report
+    from recipes.preflight.findings import Report
 
     config = compose_config(["profile=cpu_smoke"])
     report = Report()

@@ -12,7 +12,7 @@ import pytest
 
 from data_prep import gsm8k, parquet_io
 from data_prep.parquet_io import non_portable_fields
-from recipes.tool_sets import get_tool_set
+from recipes.gsm8k.tool_sets import get_tool_set
 from tools.calculator import NAME as CALCULATOR
 from tools.gsm8k_reward_tool import NAME as CALC_GSM8K_REWARD
 

@@ -1,4 +1,4 @@
-"""Unit tests for data_prep.gsm8k_rows and recipes.tool_sets: the answer parse and the row shape."""
+"""Unit tests for data_prep.gsm8k_rows and recipes.gsm8k.tool_sets: the answer parse and the row shape."""
 
 import pytest
 
@@ -11,7 +11,7 @@ from data_prep.gsm8k_rows import (
     extract_ground_truth,
 )
 from recipes.constants import AGENT_NAME, AGENT_NAME_NO_TOOLS, INSTRUCTION
-from recipes.tool_sets import TOOL_SETS, get_tool_set
+from recipes.gsm8k.tool_sets import TOOL_SETS, get_tool_set
 from tools.calculator import NAME as CALCULATOR
 from tools.gsm8k_reward_tool import NAME as CALC_GSM8K_REWARD
 

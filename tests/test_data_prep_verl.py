@@ -10,10 +10,10 @@ from collections import Counter
 import pytest
 
 from data_prep import gsm8k
+from harness.agent_loop_inprocess import compose_trainer_config
+from harness.qwen_tokenizer import load_qwen25_tokenizer
 from recipes.constants import AGENT_NAME
-from recipes.harness.agent_loop_inprocess import compose_trainer_config
-from recipes.harness.qwen_tokenizer import load_qwen25_tokenizer
-from recipes.tool_sets import get_tool_set
+from recipes.gsm8k.tool_sets import get_tool_set
 
 
 def verl_data_config(tool_set_name: str):

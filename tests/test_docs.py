@@ -46,7 +46,7 @@ def pages(repo_root):
 
 @pytest.fixture(scope="module")
 def measured():
-    from recipes.harness.bench import measured as page_writer
+    import record_measured as page_writer
 
     return page_writer
 

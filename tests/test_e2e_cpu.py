@@ -8,10 +8,10 @@ CPU_SMOKE_REUSE=<work dir printed by an earlier run> re-reads that run's evidenc
 overrides for both launches can be given in CPU_SMOKE_OVERRIDES (space-separated), other knobs through the
 environment (e.g. TRACE, LOGGER), as scripts/smoke_cpu.sh takes them.
 
-The stand-ins (recipes/cpu_backend) are the platform, the FSDP2 engine registration and the rollout server; the
+The stand-ins (scripts/harness/cpu_backend) are the platform, the FSDP2 engine registration and the rollout server; the
 server writes a calculator call in one of every two first turns of a prompt (a random model never does), and
 everything else (agent loop, tools, reward, GRPO, FSDP2 update, checkpoint, resume) is verl's and the recipe's.
-Tracing is on, against a W&B stand-in on 127.0.0.1 (recipes/harness/standins/weave_http_server.py), with agent-loop
+Tracing is on, against a W&B stand-in on 127.0.0.1 (scripts/harness/standins/weave_http_server.py), with agent-loop
 worker UNTRACED_WORKER's weave.init made to fail (tests/testkit/trace_fault.py): the other worker's traces must all
 arrive, and the run must train on. The trace budget is set below one GRPO group a step (TRACE_GB_PER_DAY): clamped
 to 1 group, the two workers trace in turn, each traced group arrives as one Weave thread whose roots carry verl's
@@ -34,9 +34,9 @@ from pathlib import Path
 
 import pytest
 
+from harness import cpu_run
+from harness.cpu_run import NO_LENGTH_FILTER
 from recipes.constants import REPO_ROOT, SHARED_GSM8K_DIR
-from recipes.harness import cpu_run
-from recipes.harness.cpu_run import NO_LENGTH_FILTER
 from recipes.tracing.volume import groups_on_worker
 from testkit.trace_fault import FAULT_MODULE, UNTRACED_WORKER_ENV
 
@@ -108,7 +108,7 @@ def _launch(output: Path, name: str) -> Launch:
 def smoke(tmp_path_factory, shared_gsm8k_dir_or_mini) -> Smoke:
     """The one smoke run every test reads, tracing on against a loopback W&B for both launches; agent-loop
     worker UNTRACED_WORKER's weave.init is made to fail (tests/testkit/trace_fault.py)."""
-    from recipes.harness.standins.weave_http_server import loopback_wandb
+    from harness.standins.weave_http_server import loopback_wandb
 
     if os.environ.get(REUSE_ENV):  # re-read a finished run's evidence (while editing these tests)
         work = Path(os.environ[REUSE_ENV])
@@ -180,7 +180,7 @@ def test_two_grpo_steps_update_the_actor_with_nonzero_advantages_and_the_kl_loss
 def test_the_weights_the_rollout_receives_change_every_step_and_start_from_the_model_on_disk(smoke):
     from transformers import AutoModelForCausalLM
 
-    from recipes.cpu_backend.server import weights_checksum
+    from harness.cpu_backend.server import weights_checksum
 
     weights = smoke.train.weights()
     assert sorted(weights) == [0, 1, 2], f"weight versions loaded by the rollout servers: {sorted(weights)}"

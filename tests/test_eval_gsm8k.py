@@ -44,7 +44,7 @@ def pass_at_4_dry_run(prepared_data_dir, tmp_path_factory):
 
 
 def main_ppo_command(proc) -> list[str]:
-    return shlex.split([line for line in proc.stdout.splitlines() if "recipes.preempt.main_ppo" in line][-1])
+    return shlex.split([line for line in proc.stdout.splitlines() if "recipes.trainer.main_ppo" in line][-1])
 
 
 def check_eval_command(proc, tool_set: str) -> None:
@@ -110,7 +110,7 @@ def test_pass_at_k_is_the_unbiased_estimator(outcomes):
 
 
 def scored(acc_strict, acc_flexible, calls, pred):
-    """A dump line's reward keys, as the run's agent loop scored the trajectory (recipes/rollout/reward.py's)."""
+    """A dump line's reward keys, as the run's agent loop scored the trajectory (recipes/gsm8k/reward.py's)."""
     return {"acc_strict": acc_strict, "acc_flexible": acc_flexible, "format_ok": float(pred != ""),
             "num_tool_calls": calls, "num_bad_tool_calls": 0, "pred": pred}
 
@@ -184,7 +184,7 @@ def test_cpu_eval_runs_on_the_cpu_stand_ins_without_steering(prepared_data_dir, 
     """DEVICE=cpu: the CPU profile, no steered turns (the rollout server writes none of the model's answers)."""
     proc = eval_dry_run(prepared_data_dir, DEVICE="cpu", MODEL_PATH=str(model_folder(tmp_path / "tiny")))
     assert proc.returncode == 0, proc.stderr
-    command = shlex.split([line for line in proc.stdout.splitlines() if "recipes.preempt.main_ppo" in line][-1])
+    command = shlex.split([line for line in proc.stdout.splitlines() if "recipes.trainer.main_ppo" in line][-1])
     for override in ("profile=cpu_smoke", "++actor_rollout_ref.rollout.engine_kwargs.hf_cpu.steer_every=0",
                      "trainer.val_only=True", "actor_rollout_ref.rollout.val_kwargs.temperature=0"):
         assert override in command
@@ -258,7 +258,7 @@ def test_the_eval_names_its_run_after_the_export(prepared_data_dir, tmp_path):
     model = model_folder(tmp_path / "outputs" / "gsm8k_a" / "hf", ("gsm8k_a", 40))
     proc = eval_dry_run(prepared_data_dir, MODEL_PATH=str(model))
     assert proc.returncode == 0, proc.stderr
-    command = shlex.split([line for line in proc.stdout.splitlines() if "recipes.preempt.main_ppo" in line][-1])
+    command = shlex.split([line for line in proc.stdout.splitlines() if "recipes.trainer.main_ppo" in line][-1])
     assert "trainer.experiment_name=eval_gsm8k_a_step40_default_tools" in command
     assert f"trainer.validation_data_dir={REPO_ROOT}/outputs/eval_gsm8k_a_step40_default_tools/validation" in command
 

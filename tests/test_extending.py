@@ -15,8 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from harness.standins.scripted_llm import tool_call
 from recipes.constants import REPO_ROOT
-from recipes.harness.standins.scripted_llm import tool_call
 from testkit.launcher import clean_environ
 
 HOWTO = REPO_ROOT / "docs" / "how-to.md"

@@ -157,7 +157,7 @@ def stub_python(tmp_path: Path) -> Path:
     stub = tmp_path / "python"
     stub.write_text("#!/bin/bash\n"
                     'if [ "$1" = -c ]; then exit 0; fi\n'
-                    'case "$1 $2" in "-m recipes.harness.learning"|"-m recipes.harness.learning.gpu_pipeline"|'
+                    'case "$1 $2" in "-m harness.learning"|"-m harness.learning.gpu_pipeline"|'
                     '"-m recipes.folder_guard") '
                     f'exec {sys.executable} "$@" ;; esac\n'
                     f'echo "$*" >> {tmp_path / "calls.txt"}\n'

@@ -1,4 +1,4 @@
-"""The GPU learning check's pieces (scripts/learn_gpu.sh, recipes/harness/learning/gpu_pipeline.py) that run here: the
+"""The GPU learning check's pieces (scripts/learn_gpu.sh, scripts/harness/learning/gpu_pipeline.py) that run here: the
 model SGLang serves and the preflight's model check that refuses one it cannot; the tools-off validation file beside
 the tools-on one in one launch (the data check, verl's own dataset and overlong filter, the no-tools agent loop); the
 scores of that launch's two validations; the profile. scripts/learn_gpu.sh end to end, DRY_RUN and DEVICE=cpu:
@@ -11,21 +11,21 @@ import sys
 
 import pyarrow.parquet as pq
 import pytest
-from test_cpu_learning import rows_of
 
 from data_prep.gsm8k import main as data_prep_main
 from data_prep.gsm8k_rows import DATA_SOURCE_NO_TOOLS
-from recipes.answers import CALLED_TOOL, TOOL_SET, TURNS
+from harness import agent_loop_inprocess as harness
+from harness.learning import task
+from harness.learning.small_model import SGLANG_SHAPE, build_from_rows
+from harness.standins.scripted_llm import ScriptedLLM, tool_call
 from recipes.constants import AGENT_NAME_NO_TOOLS, PROFILE_DIR, REPO_ROOT
 from recipes.gpu_env.kernel_census import QWEN25, modules_for, shape_of
-from recipes.harness import agent_loop_inprocess as harness
-from recipes.harness.learning import task
-from recipes.harness.learning.small_model import SGLANG_SHAPE, build_from_rows
-from recipes.harness.standins.scripted_llm import ScriptedLLM, tool_call
+from recipes.gsm8k.reward_keys import CALLED_TOOL, TOOL_SET, TURNS
 from recipes.preflight.checks import check_agent_loops, check_data
+from recipes.preflight.findings import Report
 from recipes.preflight.prompt_lengths import check_prompt_lengths, prompt_lengths
-from recipes.preflight.report import Report
 from recipes.preflight.sglang_model import check_sglang_model, model_problems
+from test_cpu_learning import rows_of
 
 
 @pytest.fixture(scope="module")
@@ -176,7 +176,7 @@ def test_the_no_tools_loop_offers_nothing_and_answers_a_call_anyway_as_verl_does
     in the prompt, a call gets verl's "Unknown function" turn, and the in-loop reward marks the row's tool set."""
     from transformers import AutoTokenizer
 
-    from recipes.rollout.agent_loop import REWARD_EXTRA_INFO, NoToolsAgentLoop, ScoredToolAgentLoop
+    from recipes.gsm8k.agent_loop import REWARD_EXTRA_INFO, NoToolsAgentLoop, ScoredToolAgentLoop
 
     tok = AutoTokenizer.from_pretrained(str(models["sglang"]))
     config = launch_config(models["sglang"])
@@ -209,7 +209,7 @@ def _dump_line(tool_set, correct, calls, turns):
 
 
 def test_one_validation_of_both_files_splits_by_tool_set_and_agrees_with_verls_metrics(tmp_path):
-    from recipes.harness.learning import validation_scores
+    from harness.learning import validation_scores
 
     lines = [_dump_line("calculator", 1, 1, 4), _dump_line("calculator", 1, 2, 6), _dump_line("calculator", 0, 0, 2),
              _dump_line("none", 0, 0, 2), _dump_line("none", 1, 0, 2)]
@@ -271,7 +271,7 @@ def test_learn_gpu_refuses_a_knob_it_cannot_use_in_one_line_and_changes_nothing(
 
 
 def _pipeline(work, **knobs):
-    from recipes.harness.learning.gpu_pipeline import GpuKnobs, GpuPipeline
+    from harness.learning.gpu_pipeline import GpuKnobs, GpuPipeline
 
     values = {f.upper(): "" for f in GpuKnobs.__dataclass_fields__} | {
         "PYTHON": sys.executable, "TASK": "one_step", "WORK_DIR": str(work), "SEED": "0", "GRPO_STEPS": "1",
@@ -289,7 +289,7 @@ def test_the_launch_is_over_when_the_launcher_exits_even_if_a_process_it_started
     import threading
     import time
 
-    from recipes.harness.learning import gpu_pipeline
+    from harness.learning import gpu_pipeline
 
     root = tmp_path / "checkout"
     (root / "scripts").mkdir(parents=True)
@@ -332,7 +332,7 @@ def test_the_launch_is_over_when_the_launcher_exits_even_if_a_process_it_started
 
 def _folder(tmp_path):
     """A folder as PREPARE_ONLY leaves one (its files' contents do not matter to the manifest), and its knobs."""
-    from recipes.harness.learning import prepared
+    from harness.learning import prepared
 
     folder = tmp_path / "prepared"
     (folder / "model_sft").mkdir(parents=True)
@@ -344,7 +344,7 @@ def _folder(tmp_path):
 
 
 def test_a_prepared_folder_is_read_only_when_its_manifest_recipe_knobs_and_files_all_match(tmp_path):
-    from recipes.harness.learning import prepared
+    from harness.learning import prepared
 
     folder, knobs = _folder(tmp_path)
     manifest = prepared.read(folder, knobs)
@@ -382,7 +382,7 @@ def test_a_prepared_folder_is_read_only_when_its_manifest_recipe_knobs_and_files
 
 
 def test_the_recipe_version_changes_with_the_code_that_makes_the_folder(monkeypatch, tmp_path):
-    from recipes.harness.learning import prepared
+    from harness.learning import prepared
 
     for name in prepared.RECIPE_FILES:
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
@@ -390,6 +390,6 @@ def test_the_recipe_version_changes_with_the_code_that_makes_the_folder(monkeypa
     monkeypatch.setattr(prepared, "REPO_ROOT", tmp_path)
     assert prepared.recipe_version() == prepared.recipe_version()
     before = prepared.recipe_version()
-    with (tmp_path / "recipes/harness/learning/sft.py").open("a") as f:
+    with (tmp_path / "scripts/harness/learning/sft.py").open("a") as f:
         f.write("\n# another warm start\n")
     assert prepared.recipe_version() != before

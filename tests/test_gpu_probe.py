@@ -1,4 +1,4 @@
-"""The production step's probe (scripts/probe_gpu_step.sh, recipes/harness/probe/) in pieces: the model shapes against
+"""The production step's probe (scripts/probe_gpu_step.sh, scripts/harness/probe/) in pieces: the model shapes against
 their published counts and the kernel census, random weights that transformers loads as the shape, one GPU's share of
 a profile composed with verl's own validators, the report and its projection from verl's metrics, the GPU memory
 sampler over real processes (nvidia-smi a stand-in: no GPU here), and the knobs refused in one line. The script end to
@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import pytest
 
-from recipes.harness.probe.shapes import OF_MODEL, SHAPES, parameters
+from harness.probe.shapes import OF_MODEL, SHAPES, parameters
 from testkit.knob_refusal import EARLIER_RUN, run_refused
 
 
@@ -34,8 +34,8 @@ def test_random_weights_load_as_the_shape_with_its_tokenizer(tmp_path):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from recipes.harness.probe.random_model import write
-    from recipes.harness.qwen_tokenizer import build_qwen25_tokenizer_dir
+    from harness.probe.random_model import write
+    from harness.qwen_tokenizer import build_qwen25_tokenizer_dir
 
     tokenizer = build_qwen25_tokenizer_dir(tmp_path / "tok")
     made = write(SHAPES["tiny"], tokenizer, tmp_path / "model", seed=3)
@@ -65,7 +65,7 @@ def test_one_gpus_share_of_the_8xh100_step_is_a_config_verl_validates(tmp_path):
     from verl.utils.config import omega_conf_to_dataclass
     from verl.workers.config import RolloutConfig
 
-    from recipes.harness.probe.share import GSM8K_TRAIN_ROWS, share_of
+    from harness.probe.share import GSM8K_TRAIN_ROWS, share_of
     from recipes.preflight.compose import validate_like_verl
 
     share = share_of(_composed("8xh100", tmp_path=tmp_path), "8xh100")
@@ -90,7 +90,7 @@ def test_one_gpus_share_of_the_8xh100_step_is_a_config_verl_validates(tmp_path):
 
 
 def test_a_share_that_does_not_divide_over_the_gpus_is_refused(tmp_path):
-    from recipes.harness.probe.share import ShareError, share_of
+    from harness.probe.share import ShareError, share_of
 
     with pytest.raises(ShareError, match="data.train_batch_size 100 does not divide over its 8 GPUs"):
         share_of(_composed("8xh100", "data.train_batch_size=100", "actor_rollout_ref.actor.ppo_mini_batch_size=100",
@@ -105,8 +105,8 @@ SMOKE_STEP_2 = {  # verl's metrics of the 1-GPU smoke's step 2 (Qwen2.5-0.5B's s
 
 
 def test_the_report_reads_verls_phases_and_projects_them_with_the_assumptions_said(tmp_path):
-    from recipes.harness.probe.report import report, step_metrics
-    from recipes.harness.probe.share import share_of
+    from harness.probe.projection import report, step_metrics
+    from harness.probe.share import share_of
 
     share = share_of(_composed("8xh100", tmp_path=tmp_path), "8xh100")
     metrics_file = tmp_path / "metrics.jsonl"
@@ -131,8 +131,8 @@ def test_the_report_reads_verls_phases_and_projects_them_with_the_assumptions_sa
 
 
 def test_the_memory_plan_warns_where_one_gpu_holds_the_whole_state_and_the_logits(tmp_path):
-    from recipes.harness.probe.report import memory_plan
-    from recipes.harness.probe.share import share_of
+    from harness.probe.projection import memory_plan
+    from harness.probe.share import share_of
 
     # micro-batches of 32, twice the profile's: where the logits of one take the GPU near its memory
     share = replace(share_of(_composed("8xh100", tmp_path=tmp_path), "8xh100"), micro_batch=32)
@@ -147,7 +147,7 @@ def test_the_memory_plan_warns_where_one_gpu_holds_the_whole_state_and_the_logit
 def test_the_memory_sampler_attributes_each_process_by_its_title(tmp_path):
     """Real processes titled as SGLang's scheduler and verl's worker title themselves; nvidia-smi is a stand-in that
     reports them (no GPU here)."""
-    from recipes.harness.probe import gpu_memory
+    from harness.probe import gpu_memory
 
     titled = {title: subprocess.Popen(["bash", "-c", f'exec -a "{title}" sleep 60'])
               for title in ("sglang::scheduler_TP0", "ray::WorkerDict.actor_rollout_compute_log_prob")}

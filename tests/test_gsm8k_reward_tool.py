@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from recipes.tool_sets import get_tool_set
+from recipes.gsm8k.tool_sets import get_tool_set
 from tools.gsm8k_reward_tool import NAME as CALC_GSM8K_REWARD
 
 

@@ -16,11 +16,12 @@ import time
 import pytest
 
 from data_prep.gsm8k_rows import DATA_SOURCE
-from recipes.answers import REWARD_KEYS, extract_answer
-from recipes.harness.qwen_tokenizer import load_qwen25_tokenizer
-from recipes.rollout.reward import compute_score
-from recipes.rollout.tool_parser import HermesWithFeedbackToolParser
-from recipes.trajectory import chat_messages, count_tool_errors, mask_runs
+from harness.qwen_tokenizer import load_qwen25_tokenizer
+from recipes.gsm8k.answers import extract_answer
+from recipes.gsm8k.reward import compute_score
+from recipes.gsm8k.reward_keys import REWARD_KEYS
+from recipes.gsm8k.tool_parser import HermesWithFeedbackToolParser
+from recipes.gsm8k.trajectory import chat_messages, count_tool_errors, mask_runs
 from tools.calculator import NAME as CALCULATOR
 
 
@@ -133,10 +134,10 @@ ROLLOUT_CASES = ["nested lists as arguments", "a number past the digit limit", "
 @pytest.mark.parametrize("case", ROLLOUT_CASES)
 def test_a_hostile_call_costs_one_turn_and_the_model_answers_next(case):
     from data_prep.gsm8k_rows import SourceRecord, build_row
-    from recipes.harness import agent_loop_inprocess as harness
-    from recipes.harness.standins.scripted_llm import ScriptedLLM
-    from recipes.rollout.agent_loop import ScoredToolAgentLoop
-    from recipes.tool_sets import get_tool_set
+    from harness import agent_loop_inprocess as harness
+    from harness.standins.scripted_llm import ScriptedLLM
+    from recipes.gsm8k.agent_loop import ScoredToolAgentLoop
+    from recipes.gsm8k.tool_sets import get_tool_set
 
     tok, (config, tools) = load_qwen25_tokenizer(), roomy_loop()
     make, n = HOSTILE[case]
@@ -154,7 +155,7 @@ _ROOMY = []
 
 def roomy_loop():
     """The recipe's config with room for a long call (composed once), and its tools through verl's loader."""
-    from recipes.harness import agent_loop_inprocess as harness
+    from harness import agent_loop_inprocess as harness
 
     if not _ROOMY:
         config = harness.compose_trainer_config("both", ("actor_rollout_ref.rollout.response_length=12000",))

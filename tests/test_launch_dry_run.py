@@ -64,7 +64,7 @@ def test_every_profile_dry_runs(prepared_data_dir, default_dry_run, request, tmp
     assert planned.preflight.ok, planned.err
     assert "[preflight] ok" in planned.err
     command = planned.launch.main_ppo_command()
-    assert command[1:3] == ["-m", "recipes.preempt.main_ppo"]
+    assert command[1:3] == ["-m", "recipes.trainer.main_ppo"]
     assert "--config-name=gsm8k_multiturn_grpo" in command and f"profile={profile}" in command
     # every override names a key of verl 0.9.1's schema: none needs hydra's `+` to be accepted
     assert not [arg for arg in command if arg.startswith("+")]
@@ -102,7 +102,7 @@ def test_the_shell_launcher_dry_runs_end_to_end(prepared_data_dir, tmp_path):
     assert "adv_estimator: grpo" in config.read_text() and "adv_estimator" not in proc.stdout
     assert len(proc.stdout.splitlines()) <= 16, proc.stdout
     last = proc.stdout.splitlines()[-1]
-    assert " -m recipes.preempt.main_ppo " in last and last.endswith("trainer.total_epochs=1")
+    assert " -m recipes.trainer.main_ppo " in last and last.endswith("trainer.total_epochs=1")
     assert sum(line.startswith("[traces] Weave traces: ") for line in proc.stderr.splitlines()) == 1, proc.stderr
 
 
@@ -110,7 +110,7 @@ def test_default_launch_is_the_recipe(default_dry_run):
     overrides = default_dry_run.overrides
     assert overrides["actor_rollout_ref.rollout.multi_turn.tool_config_path"] == \
         f"{REPO_ROOT}/config/tool_config/calculator.yaml"
-    assert overrides["reward.custom_reward_function.path"] == f"{REPO_ROOT}/recipes/rollout/reward.py"
+    assert overrides["reward.custom_reward_function.path"] == f"{REPO_ROOT}/recipes/gsm8k/reward.py"
     assert overrides["trainer.default_local_dir"] == f"{REPO_ROOT}/outputs/{DEFAULT_EXPERIMENT}/checkpoints"
     # the recipe's values come from its YAML, not from the launcher
     assert "actor_rollout_ref.rollout.n" not in overrides and "data.train_batch_size" not in overrides

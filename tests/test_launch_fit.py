@@ -10,14 +10,14 @@ import sys
 
 import pytest
 
+import record_measured as measured
 from recipes.constants import REPO_ROOT
-from recipes.harness.bench import measured
 from recipes.launch.knobs import KnobError, Knobs
 from recipes.models import model_size
 from recipes.preflight.compose import compose_config
+from recipes.preflight.findings import Report
 from recipes.preflight.hub_model import check_hub_model
 from recipes.preflight.memory import GIB, MICRO_KEYS, check_memory, gpu_memory, plan_memory, train_activation_bytes
-from recipes.preflight.report import Report
 from testkit.hf_cache import HubAPI, write_cached_model, write_hub_cache
 from testkit.launcher import clean_environ, plan, run_script
 

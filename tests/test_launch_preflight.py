@@ -11,7 +11,7 @@ from recipes.preflight.stale_keys import stale_warnings
     "override",
     [
         "+trainer.rollout_trace.backend=weave", "+trainer.rollout_trace.token2text=True",
-        "+custom_reward_function.path=recipes/rollout/reward.py", "custom_reward_function.name=compute_score",
+        "+custom_reward_function.path=recipes/gsm8k/reward.py", "custom_reward_function.name=compute_score",
         "actor_rollout_ref.rollout.mode=async", "actor_rollout_ref.rollout.multi_turn.enable=True",
         "actor_rollout_ref.rollout.over_sample_rate=0.1", "actor_rollout_ref.rollout.multi_stage_wake_up=True",
         "data.return_raw_chat=True",

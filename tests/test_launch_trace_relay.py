@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from harness.standins.weave_http_server import API_KEY, loopback_wandb
 from recipes.constants import REPO_ROOT
-from recipes.harness.standins.weave_http_server import API_KEY, loopback_wandb
-from recipes.preempt.request import EXIT_RESUMABLE
+from recipes.trainer.stop_request import EXIT_RESUMABLE
 from testkit.launcher import clean_environ, plan
 from testkit.threads import other_threads
 
@@ -31,14 +31,14 @@ LAST_STEP_CALLS = 5  # traced by main_ppo's processes while they shut down
 
 MAIN_PPO_STAND_IN = """
 import os, signal, sys, time
-from recipes.tracing.relay_client import use_trace_relay
+from recipes.trace_relay.client import use_trace_relay
 assert use_trace_relay(), "no trace relay in main_ppo's environment"  # as each agent-loop worker does
 if os.environ.get("STAND_IN_TOKEN_FILE"):  # the key weave presents: the launch's token, handed down by the launcher
     open(os.environ["STAND_IN_TOKEN_FILE"], "w").write(os.environ["WANDB_API_KEY"])
 import weave
 client = weave.init("launch-relay-test")
 
-from recipes.preempt import request
+from recipes.trainer import request
 checkpoints = os.path.join(os.environ["OUTPUT_DIR"], "checkpoints")
 
 def last_step(*_, asked=False):  # the end of a step still in flight when training is stopped: traced and flushed
@@ -71,7 +71,7 @@ def python_shim(tmp_path: Path) -> Path:
     stand_in.write_text(MAIN_PPO_STAND_IN)
     shim = tmp_path / "python"
     shim.write_text(f"""#!/usr/bin/env bash
-if [ "$1 $2" = "-m recipes.preempt.main_ppo" ]; then exec {shlex.quote(sys.executable)} {shlex.quote(str(stand_in))}; fi
+if [ "$1 $2" = "-m recipes.trainer.main_ppo" ]; then exec {shlex.quote(sys.executable)} {shlex.quote(str(stand_in))}; fi
 exec {shlex.quote(sys.executable)} "$@"
 """)
     shim.chmod(0o755)

@@ -1,9 +1,9 @@
 """The house's layers, read from the files with Python's own parser:
 - what users run (recipes/, tools/, data_prep/, scripts/, config/) never names the test doubles (tests/testkit/,
   imported as `testkit`), which are not installed;
-- recipes/harness/ (stand-ins, the in-process agent loop, the learning checks, benchmark internals, the local
-  cluster) is kept apart: nothing else under recipes/, tools/ or data_prep/ imports it, and no config a training run
-  composes names it;
+- the installed packages (recipes/, tools/, data_prep/) never import what lives with the scripts (scripts/harness/:
+  stand-ins, the CPU backend, the in-process agent loop, the learning checks, the probe) or the benchmarks' programs,
+  and no config of a GPU run names them;
 - the rooms (each top-level module or package of recipes/, and tools/, data_prep/) import each other without a
   circle."""
 
@@ -18,8 +18,12 @@ from recipes.constants import REPO_ROOT
 
 PRODUCT_DIRS = ("recipes", "tools", "data_prep", "scripts", "config")
 PACKAGES = ("recipes", "tools", "data_prep")
-HARNESS = "recipes.harness"
-MOVED_POINTERS = REPO_ROOT / "recipes" / "__init__.py"
+SCRIPTS = REPO_ROOT / "scripts"
+# what lives with the scripts: the harness package and each Python program of scripts/ (importable as a module
+# where scripts/ is on the path)
+SCRIPT_MODULES = ("harness", *sorted(p.stem for p in SCRIPTS.glob("*.py")))
+# profiles of runs on the CPU backend (scripts/harness/cpu_backend): they name it, as they must
+CPU_PROFILES = ("cpu_smoke.yaml", "cpu_learn.yaml")
 
 
 def product_files():
@@ -42,15 +46,15 @@ def imported_modules(path) -> set[str]:
 
 
 def named_modules(path) -> set[str]:
-    """Imports, and dotted names in string constants (importlib, hydra `_target_`s, `-m` command lines); recipes'
-    own __init__ only points at where moved modules went."""
+    """Imports, and the harness's dotted names in string constants (importlib, hydra `_target_`s, `-m` command
+    lines)."""
     strings = {n.value for n in ast.walk(ast.parse(path.read_text()))
-               if isinstance(n, ast.Constant) and isinstance(n.value, str)} if path != MOVED_POINTERS else set()
-    return imported_modules(path) | {m for s in strings for m in re.findall(r"\brecipes(?:\.\w+)+", s)}
+               if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+    return imported_modules(path) | {m for s in strings for m in re.findall(r"\bharness(?:\.\w+)+", s)}
 
 
-def in_harness(path) -> bool:
-    return path.relative_to(REPO_ROOT).parts[:2] == ("recipes", "harness")
+def is_script_module(module: str) -> bool:
+    return module.split(".")[0] in SCRIPT_MODULES
 
 
 def test_no_product_file_names_the_test_doubles():
@@ -65,17 +69,25 @@ def test_the_test_doubles_are_not_installed_as_a_product_package():
     assert not (REPO_ROOT / "testkit").exists()
 
 
-def test_nothing_outside_the_harness_imports_it():
-    importing = [str(p.relative_to(REPO_ROOT)) for p in package_modules()
-                 if not in_harness(p) and any(m.startswith(HARNESS) for m in named_modules(p))]
+def test_the_installed_packages_import_nothing_of_the_scripts():
+    importing = [f"{p.relative_to(REPO_ROOT)}: {m}" for p in package_modules()
+                 for m in sorted(named_modules(p)) if is_script_module(m)]
     assert importing == []
 
 
-def test_no_training_config_names_the_harness():
-    """No value of a config file (comments may point readers there) loads or names a harness module."""
+def test_no_gpu_run_config_names_the_harness():
+    """No value of a config file (comments may point readers there) loads or names a harness module, but the CPU
+    profiles', which run on the CPU backend."""
     naming = [str(p.relative_to(REPO_ROOT)) for p in (REPO_ROOT / "config").rglob("*.yaml")
-              if re.search(r"recipes[./]harness", json.dumps(yaml.safe_load(p.read_text())))]
+              if p.name not in CPU_PROFILES and re.search(r"\bharness\.", json.dumps(yaml.safe_load(p.read_text())))]
     assert naming == []
+
+
+def test_the_cpu_profiles_name_the_cpu_backend_that_exists():
+    for name in CPU_PROFILES:
+        values = json.dumps(yaml.safe_load((REPO_ROOT / "config" / "profile" / name).read_text()))
+        for module in re.findall(r"\bharness(?:\.\w+)+", values):
+            assert (SCRIPTS / (module.replace(".", "/") + ".py")).is_file(), (name, module)
 
 
 def room(module: str) -> str | None:

@@ -1,15 +1,15 @@
-"""docs/layout.md against the tree: every module of the recipe's packages, every command in scripts/ and every config
-file is named on the page (a file added without a line there fails here); every path the page names exists
-(tests/test_docs.py holds that for every page)."""
+"""docs/layout.md against the tree: every module of the recipe's packages and of the harness, every command in
+scripts/ and every config file is named on the page (a file added without a line there fails here); every path the
+page names exists (tests/test_docs.py holds that for every page)."""
 
 from recipes.constants import REPO_ROOT
 
 PAGE = REPO_ROOT / "docs" / "layout.md"
-NAMED_AS_A_FOLDER = ("recipes/harness/bench/rollout/",)  # one benchmark's package: the page names the folder
+NAMED_AS_A_FOLDER = ("scripts/harness/bench_rollout/",)  # one benchmark's package: the page names the folder
 
 
 def files_to_name() -> list[str]:
-    modules = [p for d in ("recipes", "tools", "data_prep") for p in (REPO_ROOT / d).rglob("*.py")
+    modules = [p for d in ("recipes", "tools", "data_prep", "scripts/harness") for p in (REPO_ROOT / d).rglob("*.py")
                if p.name != "__init__.py" and "__pycache__" not in p.parts]
     commands = [p for p in (REPO_ROOT / "scripts").iterdir() if p.is_file()]
     configs = list((REPO_ROOT / "config").glob("*.yaml"))

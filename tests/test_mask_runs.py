@@ -1,10 +1,10 @@
-"""recipes.trajectory.mask_runs: the one place a response mask is cut into turns (the in-loop score's split_turns
+"""recipes.gsm8k.trajectory.mask_runs: the one place a response mask is cut into turns (the in-loop score's split_turns
 and the warm start's turn accuracy both read it)."""
 
 import pytest
 
-from recipes.harness.learning.turn_accuracy import turn_spans
-from recipes.trajectory import mask_runs, split_turns
+from harness.learning.turn_accuracy import turn_spans
+from recipes.gsm8k.trajectory import mask_runs, split_turns
 
 
 @pytest.mark.parametrize("mask, runs", [

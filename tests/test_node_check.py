@@ -15,7 +15,7 @@ from unittest import mock
 import pytest
 
 from recipes.launch.__main__ import main as launcher
-from recipes.preflight.report import Report
+from recipes.preflight.findings import Report
 from recipes.preflight.run import Preflight, node_verdict
 from testkit.launcher import clean_environ
 

@@ -34,12 +34,12 @@ def modules_with_literal(value: str) -> list[str]:
 REWARD_KEY_NAMES = ("acc_strict", "acc_flexible", "num_bad_tool_calls", "tool_bonus", "ref_ops", "called_tool")
 
 
-@pytest.mark.parametrize("value, home", [("hf_cpu", "recipes/cpu_backend/__init__.py"),
-                                         ("GSM8K_RECIPE_TRACE_RELAY", "recipes/constants.py"),
+@pytest.mark.parametrize("value, home", [("hf_cpu", "recipes/constants.py"),
+                                         ("GSM8K_RECIPE_TRACE_RELAY", "recipes/trace_relay/names.py"),
                                          # a tool's name: its schema, in its class (its tool set YAML is a file)
                                          ("calc_gsm8k_reward", "tools/gsm8k_reward_tool.py"),
-                                         # the reward's keys: one list, recipes/answers.py REWARD_KEYS
-                                         *[(key, "recipes/answers.py") for key in REWARD_KEY_NAMES]])
+                                         # the reward's keys: one list, recipes/gsm8k/reward_keys.py REWARD_KEYS
+                                         *[(key, "recipes/gsm8k/reward_keys.py") for key in REWARD_KEY_NAMES]])
 def test_a_shared_name_is_written_once(value, home):
     assert modules_with_literal(value) == [home]
 

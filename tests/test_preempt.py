@@ -28,10 +28,10 @@ from pathlib import Path
 
 import pytest
 
+from harness import cpu_run
+from local_ray_cluster import free_port
 from recipes.constants import REPO_ROOT
-from recipes.harness import cpu_run
-from recipes.harness.local_ray_cluster import free_port
-from recipes.preempt.request import EXIT_RESUMABLE
+from recipes.trainer.stop_request import EXIT_RESUMABLE
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(2400)]
 OVERRIDES = ("trainer.total_training_steps=3", "trainer.save_freq=3", "trainer.test_freq=-1",
@@ -117,7 +117,7 @@ def _through_the_launcher(env: dict, work: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def preempted(request, tmp_path_factory, mini_gsm8k_dir):
-    from recipes.harness.standins.weave_http_server import loopback_wandb
+    from harness.standins.weave_http_server import loopback_wandb
 
     try:
         slurm = request.getfixturevalue("local_slurm")

@@ -14,7 +14,7 @@ import pytest
 
 from recipes.launch.knobs import KnobError, Knobs
 from recipes.launch.training import StopRequest
-from recipes.preempt import request
+from recipes.trainer import request
 
 CHILD = "import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: sys.exit(143)); time.sleep(60)"
 

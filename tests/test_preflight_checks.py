@@ -4,11 +4,11 @@ Each composes the recipe's real config (hydra, as the launcher does) and runs th
 
 import pytest
 
+from harness.qwen_tokenizer import build_tiny_qwen2_model_dir
 from recipes.credentials import wandb_api_key
-from recipes.harness.qwen_tokenizer import build_tiny_qwen2_model_dir
 from recipes.preflight.checks import check_cpu_rollout, check_model
 from recipes.preflight.compose import compose_config
-from recipes.preflight.report import Report
+from recipes.preflight.findings import Report
 from recipes.preflight.rollout_checks import check_lora_with_sglang, check_rollout_concurrency, check_tool_timeout
 from recipes.preflight.storage import (
     check_checkpoint_space,
@@ -67,7 +67,7 @@ def test_the_disk_warning_names_free_space_and_need(tmp_path):
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
-    """The CPU smoke's model folder (recipes/harness/qwen_tokenizer.py), written as the smoke writes it."""
+    """The CPU smoke's model folder (scripts/harness/qwen_tokenizer.py), written as the smoke writes it."""
     return build_tiny_qwen2_model_dir(tmp_path_factory.mktemp("preflight") / "tiny")
 
 
@@ -162,8 +162,8 @@ def test_rows_of_a_dataset_the_reward_knows_on_the_current_prompt_pass_and_other
     (the reward would stop the run at its first rollout); rows prepared on another system prompt than
     config/system_prompt.yaml gives their tool set now are warned about."""
     from data_prep.gsm8k_rows import SourceRecord, build_row
+    from recipes.gsm8k.tool_sets import get_tool_set
     from recipes.preflight.row_origin import RECIPE_REWARD, check_row_origin
-    from recipes.tool_sets import get_tool_set
 
     config = compose_config([f"reward.custom_reward_function.path={RECIPE_REWARD}"])
     row = build_row(SourceRecord("How many?", "#### 72", "t", 0), "train", get_tool_set("calculator"))

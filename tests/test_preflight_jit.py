@@ -8,6 +8,7 @@ import json
 import pytest
 
 from recipes.gpu_env.kernel_census import census
+from recipes.preflight.findings import Report
 from recipes.preflight.jit_toolchain import (
     FIRST_USE,
     check_jit_toolchain,
@@ -20,7 +21,6 @@ from recipes.preflight.jit_toolchain import (
     needed_here,
     sglang_header_line,
 )
-from recipes.preflight.report import Report
 
 NVCC_13 = "nvcc: NVIDIA (R) Cuda compiler driver\nCuda compilation tools, release 13.0, V13.0.88\n"
 NVCC_12 = "nvcc: NVIDIA (R) Cuda compiler driver\nCuda compilation tools, release 12.8, V12.8.93\n"

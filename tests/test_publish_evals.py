@@ -17,17 +17,17 @@ from contextlib import redirect_stdout
 import pytest
 
 from data_prep.gsm8k_rows import SourceRecord, build_row
-from recipes.harness import agent_loop_inprocess as harness
-from recipes.harness.qwen_tokenizer import load_qwen25_tokenizer
-from recipes.harness.standins.scripted_llm import ScriptedLLM, tool_call
-from recipes.harness.standins.weave_memory_server import install_memory_weave_client
+from harness import agent_loop_inprocess as harness
+from harness.qwen_tokenizer import load_qwen25_tokenizer
+from harness.standins.scripted_llm import ScriptedLLM, tool_call
+from harness.standins.weave_memory_server import install_memory_weave_client
+from recipes.gsm8k.agent_loop import ScoredToolAgentLoop
+from recipes.gsm8k.tool_sets import get_tool_set
+from recipes.gsm8k.trajectory import count_tool_errors
 from recipes.results import weave_publish
 from recipes.results.dumps import load_dump_dir
 from recipes.results.scoring import summarize
 from recipes.results.weave_publish import SCORE_KEYS, SCORER
-from recipes.rollout.agent_loop import ScoredToolAgentLoop
-from recipes.tool_sets import get_tool_set
-from recipes.trajectory import count_tool_errors
 from testkit.dumps import write_verl_dump
 from tools.calculator import NAME as CALCULATOR
 

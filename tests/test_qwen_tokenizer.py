@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from recipes.harness.qwen_tokenizer import FIRST_ADDED_ID, load_qwen25_tokenizer
+from harness.qwen_tokenizer import FIRST_ADDED_ID, load_qwen25_tokenizer
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import secrets
 
 import pytest
 
-from recipes.harness import local_ray_cluster as cluster
+import local_ray_cluster as cluster
 from recipes.launch import ray_job
 
 pytestmark = pytest.mark.timeout(400)

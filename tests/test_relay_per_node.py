@@ -1,6 +1,6 @@
 """A trace relay on every node of a real Ray cluster of two nodes (two raylets on 127.0.0.1, tests/conftest.py), as
 the launcher starts them (recipes/launch/relays.py: a NodeRelayKeeper actor pinned to each node). On each node a
-weave client in a Ray actor finds its node's relay by name (recipes.tracing.relay_client.use_trace_relay, from the
+weave client in a Ray actor finds its node's relay by name (recipes.trace_relay.client.use_trace_relay, from the
 config) and
 traces through it to a loopback W&B, flushing after each step as the agent-loop workers do. Then, from outside and by
 command line as a check would (scripts/relay_faults.py), one node's relay is SIGKILLed and the other's SIGSTOPped
@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from recipes.harness.standins.weave_http_server import API_KEY, loopback_wandb
+from harness.standins.weave_http_server import API_KEY, loopback_wandb
 from recipes.trace_relay.on_ray import NodeSummary
 from testkit.launcher import clean_environ
 

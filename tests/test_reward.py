@@ -1,12 +1,12 @@
-"""recipes/rollout/reward.py on what the model wrote (the agent loop hands it only that: tests/test_scoring_path.py):
+"""recipes/gsm8k/reward.py on what the model wrote (the agent loop hands it only that: tests/test_scoring_path.py):
 strict/flexible; the optional tool-call bonus."""
 
 import pytest
 
 from data_prep.gsm8k_rows import DATA_SOURCE, DATA_SOURCE_NO_TOOLS, SourceRecord, build_row
-from recipes.rollout.reward import compute_score
-from recipes.tool_sets import get_tool_set
-from recipes.trajectory import count_tool_calls
+from recipes.gsm8k.reward import compute_score
+from recipes.gsm8k.tool_sets import get_tool_set
+from recipes.gsm8k.trajectory import count_tool_calls
 from tools.gsm8k_reward_tool import NAME as CALC_GSM8K_REWARD
 
 CALL = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "48+24"}}\n</tool_call>'
@@ -92,7 +92,7 @@ def test_ref_ops_counts_the_reference_solutions_steps():
 
 
 def test_tools_off_rows_are_scored_and_each_trajectory_says_its_turns_tool_set_and_whether_it_called():
-    """The keys that split one validation of tools-on and tools-off rows (recipes/harness/learning/
+    """The keys that split one validation of tools-on and tools-off rows (scripts/harness/learning/
     validation_scores.py), and whose per-data_source means verl logs (tool-call rate, turns)."""
     off = build_row(SourceRecord("How many?", "#### 72", "f", 1), "test", get_tool_set("none"))
     on = build_row(SourceRecord("How many?", "#### 72", "f", 1), "test", get_tool_set("calculator"))

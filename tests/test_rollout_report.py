@@ -6,13 +6,13 @@ import json
 import pytest
 
 from data_prep.gsm8k_rows import SourceRecord, build_row
-from recipes.harness import agent_loop_inprocess as harness
-from recipes.harness.qwen_tokenizer import load_qwen25_tokenizer
-from recipes.harness.standins.scripted_llm import ScriptedLLM, tool_call
+from harness import agent_loop_inprocess as harness
+from harness.qwen_tokenizer import load_qwen25_tokenizer
+from harness.standins.scripted_llm import ScriptedLLM, tool_call
+from recipes.gsm8k.agent_loop import ScoredToolAgentLoop
+from recipes.gsm8k.tool_sets import get_tool_set
 from recipes.results.scoring import by_step
 from recipes.results.stats import collapse_alarm
-from recipes.rollout.agent_loop import ScoredToolAgentLoop
-from recipes.tool_sets import get_tool_set
 from testkit.dumps import write_verl_dump
 from tools.calculator import NAME as CALCULATOR
 

@@ -1,4 +1,4 @@
-"""One scoring path: the recipe's agent loop (recipes/rollout/agent_loop.py) scores EVERY trajectory once, with the
+"""One scoring path: the recipe's agent loop (recipes/gsm8k/agent_loop.py) scores EVERY trajectory once, with the
 reward file the config names and its kwargs, from what the model wrote as the response mask says; verl's own scoring
 (AgentLoopWorker._compute_score) then leaves it alone, and the trace root shows the same value.
 
@@ -13,13 +13,13 @@ from types import SimpleNamespace
 import pytest
 
 from data_prep.gsm8k_rows import SourceRecord, build_row
+from harness import agent_loop_inprocess as harness
+from harness.qwen_tokenizer import load_qwen25_tokenizer
+from harness.standins.scripted_llm import ScriptedLLM, tool_call
+from harness.standins.weave_memory_server import install_memory_weave_client
 from recipes.constants import REPO_ROOT
-from recipes.harness import agent_loop_inprocess as harness
-from recipes.harness.qwen_tokenizer import load_qwen25_tokenizer
-from recipes.harness.standins.scripted_llm import ScriptedLLM, tool_call
-from recipes.harness.standins.weave_memory_server import install_memory_weave_client
-from recipes.rollout.agent_loop import REWARD_EXTRA_INFO, ScoredToolAgentLoop
-from recipes.tool_sets import get_tool_set
+from recipes.gsm8k.agent_loop import REWARD_EXTRA_INFO, ScoredToolAgentLoop
+from recipes.gsm8k.tool_sets import get_tool_set
 from testkit import recording_reward
 from tools.calculator import NAME as CALCULATOR
 

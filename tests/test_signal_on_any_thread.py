@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from recipes.constants import REPO_ROOT, TRACE_RELAY_TOKEN_ENV
+from recipes.constants import REPO_ROOT
 from recipes.results.eval_watch import pid_alive
+from recipes.trace_relay.names import TRACE_RELAY_TOKEN_ENV
 from testkit.threads import children, other_threads
 
 pytestmark = pytest.mark.timeout(180)
@@ -65,7 +66,7 @@ def test_a_relay_and_its_supervisor_stop_when_another_thread_takes_the_sigterm(t
 
 
 def test_the_wandb_stand_in_stops_when_another_thread_takes_the_sigterm(tmp_path):
-    server, log = start(tmp_path, "recipes.harness.standins.weave_http_server")
+    server, log = start(tmp_path, "harness.standins.weave_http_server")
     try:
         os.kill(other_threads(server.pid)[0], signal.SIGTERM)
         assert server.wait(timeout=20) == 0, log.read_text()

@@ -73,7 +73,7 @@ class Run:
 def smoke(tmp_path: Path, env: dict | None = None, overrides: tuple[str, ...] = (), on_line=None) -> Run:
     """scripts/smoke_cpu.sh's first launch, its output read line by line as it comes (on_line(line, run) may inject
     a fault); everything it started is ended afterwards."""
-    from recipes.harness.standins.weave_http_server import loopback_wandb
+    from harness.standins.weave_http_server import loopback_wandb
 
     work = tmp_path / "smoke"
     gsm8k = SHARED_GSM8K_DIR if (SHARED_GSM8K_DIR / "train.jsonl").is_file() else REPO_ROOT / "tests" / "fixtures" \

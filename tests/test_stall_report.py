@@ -1,7 +1,7 @@
 """The stall report on real processes: py-spy samples a process tree from outside (recipes/watchdog/sample.py), the
 analysis (recipes/watchdog/culprit.py) names the process and frame a stalled run sits in, and the folder is written
-whole (recipes/watchdog/report.py). The processes are tests/testkit/stuck_processes.py: one whose event loop is held
-by a synchronous call, as a tool that blocks its agent-loop worker holds it, beside an idle one."""
+whole (recipes/watchdog/stall_report.py). The processes are tests/testkit/stuck_processes.py: one whose event loop is
+held by a synchronous call, as a tool that blocks its agent-loop worker holds it, beside an idle one."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ import psutil
 import pytest
 
 from recipes.watchdog.culprit import Suspect, phase_of, suspects, trainer_phase
-from recipes.watchdog.report import write_report
 from recipes.watchdog.sample import py_spy, sample_node
+from recipes.watchdog.stall_report import write_report
 
 pytestmark = pytest.mark.skipif(py_spy() is None, reason="py-spy is not installed (requirements/test.txt has it)")
 CLOCK = {"idle_s": 90.0, "limit": "1 min (STALL_MINUTES)", "last_what": "step 3", "last_step": 3, "last_ago_s": 95.0}
@@ -121,7 +121,7 @@ def test_the_rollout_part_is_named_from_the_functions_on_the_culprits_stack():
 
     from verl.experimental.agent_loop.tool_agent_loop import ToolAgentLoop
 
-    from recipes.rollout import score
+    from recipes.gsm8k import score
 
     nodes = [_thread(_SELECT, _AWAIT, ["RayPPOTrainer.fit", *_trainer_line("generate_sequences(")])]
     reward = Suspect(rank=2, node="n", pid=2, command="c", why="w", stack=[

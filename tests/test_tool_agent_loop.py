@@ -1,6 +1,6 @@
-"""Our tools inside verl 0.9.1's real ToolAgentLoop, run as the recipe's agent loop (recipes/rollout/agent_loop.py):
+"""Our tools inside verl 0.9.1's real ToolAgentLoop, run as the recipe's agent loop (recipes/gsm8k/agent_loop.py):
 real Qwen2.5 tokenizer, our YAML through verl's loader, verl's composed config. Only the LLM server is a stand-in
-(recipes.harness.standins.scripted_llm: scripted turns as tokens)."""
+(harness.standins.scripted_llm: scripted turns as tokens)."""
 
 import asyncio
 import time
@@ -8,13 +8,13 @@ import time
 import pytest
 
 from data_prep.gsm8k_rows import DATA_SOURCE, SourceRecord, build_row
-from recipes.harness import agent_loop_inprocess as harness
-from recipes.harness.qwen_tokenizer import load_qwen25_tokenizer
-from recipes.harness.standins.scripted_llm import ScriptedLLM, tool_call
-from recipes.rollout.agent_loop import ScoredToolAgentLoop
-from recipes.rollout.reward import compute_score
-from recipes.tool_sets import get_tool_set
-from recipes.trajectory import model_text, split_turns
+from harness import agent_loop_inprocess as harness
+from harness.qwen_tokenizer import load_qwen25_tokenizer
+from harness.standins.scripted_llm import ScriptedLLM, tool_call
+from recipes.gsm8k.agent_loop import ScoredToolAgentLoop
+from recipes.gsm8k.reward import compute_score
+from recipes.gsm8k.tool_sets import get_tool_set
+from recipes.gsm8k.trajectory import model_text, split_turns
 from tools.calculator import NAME as CALCULATOR
 from tools.gsm8k_reward_tool import NAME as CALC_GSM8K_REWARD
 
@@ -224,12 +224,12 @@ def test_a_number_only_in_the_tool_response_earns_nothing(tok, config, tools):
 
 def test_a_tool_call_that_never_returns_costs_its_trajectory_and_not_the_others(tok, tmp_path):
     """verl awaits a tool with no limit, so one call that never returns would hold every trajectory of the step
-    (recipes/rollout/tool_timeout.py says where). The recipe's bound answers it with an error, ends that trajectory
+    (recipes/gsm8k/tool_timeout.py says where). The recipe's bound answers it with an error, ends that trajectory
     after the tool turn, scores it 0 (its text alone would score 1) and counts it; the trajectories beside it end as
     usual. The tool is verl-loaded from a YAML, as any tool (tests/testkit/stall_faults.py: it awaits forever)."""
     from verl.tools.tool_registry import initialize_tools_from_config
 
-    from recipes.rollout.tool_timeout import TOOL_TIMEOUTS, timeout_message
+    from recipes.gsm8k.tool_timeout import TOOL_TIMEOUTS, timeout_message
 
     yaml_file = tmp_path / "hung.yaml"
     yaml_file.write_text("tools:\n  - class_name: testkit.stall_faults.NeverAnsweringCalculator\n"
@@ -267,8 +267,8 @@ def test_the_step_metrics_count_the_calls_that_ran_past_their_bound():
     import torch
     from verl.protocol import DataProto
 
-    from recipes.rollout.tool_timeout import TOOL_TIMEOUTS
-    from recipes.rollout.worker import TracedAgentLoopManager
+    from recipes.gsm8k.tool_timeout import TOOL_TIMEOUTS
+    from recipes.gsm8k.worker import TracedAgentLoopManager
 
     per_trajectory = {"generate_sequences": 1.0, "tool_calls": 0.5, "compute_score": 0.1, "num_preempted": -1}
     output = DataProto.from_dict(tensors={"prompts": torch.zeros(4, 3, dtype=torch.long)},

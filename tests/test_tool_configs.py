@@ -4,7 +4,7 @@ sets that data prep writes into every row's tools_kwargs."""
 import pytest
 from omegaconf import OmegaConf
 
-from recipes.tool_sets import TOOL_SETS, get_tool_set
+from recipes.gsm8k.tool_sets import TOOL_SETS, get_tool_set
 from tools.calculator import CalculatorTool
 from tools.gsm8k_reward_tool import Gsm8kRewardTool
 
@@ -42,7 +42,7 @@ def test_the_tool_sets_are_the_yamls_and_none():
 def test_a_tools_prompt_sentence_comes_from_its_class_or_its_schema():
     """The system prompt names every tool of the set: the class's PROMPT, or config/system_prompt.yaml's `tool`
     sentence filled with the schema's name and description."""
-    from recipes.tool_sets import system_prompt_parts, tool_sentence
+    from recipes.gsm8k.tool_sets import system_prompt_parts, tool_sentence
 
     template = system_prompt_parts()["tool"]
     calculator, checker = get_tool_set("both").loaded

@@ -8,12 +8,12 @@ import asyncio
 import numpy as np
 
 from data_prep.gsm8k_rows import SourceRecord, build_row
-from recipes.harness import agent_loop_inprocess as harness
-from recipes.harness.qwen_tokenizer import load_qwen25_tokenizer
-from recipes.harness.standins.scripted_llm import ScriptedLLM, tool_call
-from recipes.harness.standins.weave_memory_server import install_memory_weave_client
-from recipes.rollout.agent_loop import ScoredToolAgentLoop
-from recipes.tool_sets import get_tool_set
+from harness import agent_loop_inprocess as harness
+from harness.qwen_tokenizer import load_qwen25_tokenizer
+from harness.standins.scripted_llm import ScriptedLLM, tool_call
+from harness.standins.weave_memory_server import install_memory_weave_client
+from recipes.gsm8k.agent_loop import ScoredToolAgentLoop
+from recipes.gsm8k.tool_sets import get_tool_set
 from tools.calculator import NAME as CALCULATOR
 
 QUESTION, ANSWER = "Tom reads 12 pages a day for 6 days. How many pages?", "72"

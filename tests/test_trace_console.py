@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from recipes.harness.standins.weave_http_server import loopback_wandb
+from harness.standins.weave_http_server import loopback_wandb
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
 """One trajectory's trace root as W&B receives it: the real weave client over HTTP to the loopback W&B stand-in
-(recipes.harness.standins.weave_http_server), verl's tracing path, the recipe's agent loop with the calculator tool.
+(harness.standins.weave_http_server), verl's tracing path, the recipe's agent loop with the calculator tool.
 The root must read as a conversation: reward and correctness first, then the turns as chat messages in the OpenAI
 shape the Weave UI shows as a chat (weave-js ChatView: isTraceCallChatFormatOpenAI, isMessage, isToolCall). A
 problem of three chained steps (the CPU learning check's chain task) must show the chain: call, result, a call on
@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 
 from data_prep.gsm8k_rows import SourceRecord, build_row
-from recipes.harness import agent_loop_inprocess as harness
-from recipes.harness.learning import task
-from recipes.harness.learning.transcripts import expressions_of, scripted_turns
-from recipes.harness.qwen_tokenizer import load_qwen25_tokenizer
-from recipes.harness.standins.scripted_llm import ScriptedLLM, tool_call
-from recipes.rollout.agent_loop import ScoredToolAgentLoop
-from recipes.tool_sets import get_tool_set
+from harness import agent_loop_inprocess as harness
+from harness.learning import task
+from harness.learning.transcripts import expressions_of, scripted_turns
+from harness.qwen_tokenizer import load_qwen25_tokenizer
+from harness.standins.scripted_llm import ScriptedLLM, tool_call
+from recipes.gsm8k.agent_loop import ScoredToolAgentLoop
+from recipes.gsm8k.tool_sets import get_tool_set
 from recipes.tracing.shaping import CHAT_OP
 from testkit.weave_tracing import traced_to_loopback_wandb
 from tools.calculator import NAME as CALCULATOR
@@ -95,7 +95,7 @@ def test_the_conversation_is_a_chat_call_the_weave_ui_shows_as_a_chat(received):
 def test_every_tool_call_is_answered_in_the_order_written_malformed_ones_included():
     """verl answers a turn's <tool_call>s in order (up to max_parallel_calls), malformed ones too (recipes/
     tool_parser.py), so results pair with calls by position. Decoded turns as the response mask splits them."""
-    from recipes.trajectory import chat_messages
+    from recipes.gsm8k.trajectory import chat_messages
 
     turns = [(True, 'Let me compute.<tool_call>\n{"name": "calculator", "arguments": {"expression": "7/"}\n'
                     '</tool_call>\n<tool_call>\n{"name": "calculator", "arguments": {"expression": "7/2"}}\n'

@@ -1,6 +1,6 @@
 """No trace lost, across processes: the recipe's agent-loop worker, created by the manager class the recipe
 config names, runs as a real Ray async actor with the real weave client and verl's own generate_sequences;
-W&B is a loopback stand-in (recipes.harness.standins.weave_http_server) that can go down and come back; the trace
+W&B is a loopback stand-in (harness.standins.weave_http_server) that can go down and come back; the trace
 relay and the upload command run as the launcher and a user would run them (real processes). Figures: calls made vs
 calls received, complete (start and end)."""
 
@@ -18,11 +18,11 @@ import pytest
 from ray import cloudpickle
 
 from data_prep.gsm8k_rows import SourceRecord, build_row
-from recipes.harness import agent_loop_inprocess as harness
-from recipes.harness.qwen_tokenizer import build_tiny_qwen2_model_dir, default_cache_dir, load_qwen25_tokenizer
-from recipes.harness.standins.scripted_llm import ScriptedLLM, tool_call
-from recipes.harness.standins.weave_http_server import API_KEY, loopback_wandb
-from recipes.tool_sets import get_tool_set
+from harness import agent_loop_inprocess as harness
+from harness.qwen_tokenizer import build_tiny_qwen2_model_dir, default_cache_dir, load_qwen25_tokenizer
+from harness.standins.scripted_llm import ScriptedLLM, tool_call
+from harness.standins.weave_http_server import API_KEY, loopback_wandb
+from recipes.gsm8k.tool_sets import get_tool_set
 from testkit.relay_process import RelayProcess
 from tools.calculator import NAME as CALCULATOR
 

@@ -5,7 +5,7 @@ transport, W&B as the loopback stand-in answering each write after 5 s."""
 import asyncio
 import time
 
-from recipes.harness.standins.weave_http_server import API_KEY, loopback_wandb
+from harness.standins.weave_http_server import API_KEY, loopback_wandb
 from recipes.tracing.flush import TraceFlusher
 
 

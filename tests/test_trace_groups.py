@@ -21,10 +21,10 @@ import numpy as np
 import pytest
 
 from data_prep.gsm8k_rows import SourceRecord, build_row
-from recipes.harness import agent_loop_inprocess as harness
-from recipes.harness.held_calls import held_calls, weave_reader
-from recipes.harness.standins.scripted_llm import ScriptedLLM, tool_call
-from recipes.tool_sets import get_tool_set
+from harness import agent_loop_inprocess as harness
+from harness.held_calls import held_calls, weave_reader
+from harness.standins.scripted_llm import ScriptedLLM, tool_call
+from recipes.gsm8k.tool_sets import get_tool_set
 from recipes.tracing.volume import GROUPS_KEY
 from testkit.weave_tracing import traced_to_loopback_wandb
 from tools.calculator import NAME as CALCULATOR
@@ -116,8 +116,8 @@ def traced():
     a step (in turn); what W&B holds of them, and verl's advantages."""
     from verl.utils.rollout_trace import RolloutTraceConfig
 
-    from recipes.harness.qwen_tokenizer import build_tiny_qwen2_model_dir, default_cache_dir, load_qwen25_tokenizer
-    from recipes.rollout.worker import TracedAgentLoopWorker
+    from harness.qwen_tokenizer import build_tiny_qwen2_model_dir, default_cache_dir, load_qwen25_tokenizer
+    from recipes.gsm8k.worker import TracedAgentLoopWorker
 
     model = build_tiny_qwen2_model_dir(default_cache_dir() / "tiny-qwen2")
     config = harness.compose_trainer_config("calculator", (

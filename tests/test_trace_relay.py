@@ -10,17 +10,17 @@ import time
 
 import pytest
 
-from recipes.constants import TRACE_RELAY_ENV, TRACE_RELAY_TOKEN_ENV
-from recipes.harness.standins.weave_http_server import API_KEY, loopback_wandb
+from harness.standins.weave_http_server import API_KEY, loopback_wandb
+from recipes.trace_relay.client import use_trace_relay
+from recipes.trace_relay.names import TRACE_RELAY_ENV, TRACE_RELAY_TOKEN_ENV
 from recipes.trace_relay.relay import TraceRelay
 from recipes.trace_relay.spool import Record, Spool, SpoolBusy
 from recipes.trace_relay.upstream import Upstream
-from recipes.tracing.relay_client import use_trace_relay
 
 TOKEN = "relay-test-token-" + "t" * 24  # the launch's secret, as the relay and its clients get it
 CLIENT = """
 import os, sys
-from recipes.tracing.relay_client import use_trace_relay
+from recipes.trace_relay.client import use_trace_relay
 use_trace_relay()  # as the recipe's agent-loop worker does
 import weave
 client = weave.init("relay-test")

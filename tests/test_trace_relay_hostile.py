@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from recipes.constants import RELAY_HEALTH_PATH
-from recipes.harness.standins.weave_http_server import API_KEY, loopback_wandb
+from harness.standins.weave_http_server import API_KEY, loopback_wandb
 from recipes.trace_relay.limits import MAX_BODY_BYTES
+from recipes.trace_relay.names import RELAY_HEALTH_PATH
 from recipes.trace_relay.spool import Spool
 from testkit.relay_process import RelayProcess
 
@@ -345,7 +345,7 @@ def test_spool_files_are_private_whatever_the_umask(tmp_path):
 
 SPLIT_CLIENT = """
 import os, sys
-from recipes.tracing.relay_client import use_trace_relay
+from recipes.trace_relay.client import use_trace_relay
 assert use_trace_relay()
 import weave
 client = weave.init("split")

@@ -2,7 +2,7 @@
 open meanwhile (recipes/trace_relay/keeper.py).
 
 Real processes: two weave clients trace steps of calls through the relay and flush after each (as the
-agent-loop workers do). W&B (the stand-in, recipes.harness.standins.weave_http_server) goes down, so the relay holds a
+agent-loop workers do). W&B (the stand-in, harness.standins.weave_http_server) goes down, so the relay holds a
 step it acknowledged but could not forward; then the relay is killed with SIGKILL, or stopped with SIGSTOP (a hang: the
 keeper must notice it answers nothing and replace it), and no relay answers for longer than weave's retry window
 while the clients go on tracing. Every call must reach W&B once it is back, exactly once."""
@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from recipes.harness.standins.weave_http_server import API_KEY, loopback_wandb
+from harness.standins.weave_http_server import API_KEY, loopback_wandb
 from recipes.trace_relay.protocol import RELAY_HEALTH_PATH
 from recipes.trace_relay.spool import Spool
 from testkit.relay_process import RelayProcess
@@ -35,7 +35,7 @@ HANG_AFTER_S = 3.0  # the keeper's bound on a relay that answers nothing (15 s b
 # pauses after the steps named in argv[5] until the test writes `<progress>.go<step>`: nothing is in flight then
 CLIENT = """
 import os, sys, time
-from recipes.tracing.relay_client import use_trace_relay
+from recipes.trace_relay.client import use_trace_relay
 assert use_trace_relay(), "the relay did not answer at start"
 import weave
 client = weave.init("relay-restart")

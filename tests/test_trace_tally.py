@@ -11,7 +11,7 @@ import json
 import pytest
 import yaml
 
-from recipes.harness.standins.weave_http_server import loopback_wandb
+from harness.standins.weave_http_server import loopback_wandb
 
 ENTITY_PROJECT = "weave:///loopback-entity/gsm8k_tool_grpo/op"
 PROJECT, EXPERIMENT = "tally-test", "tally-run"
@@ -19,7 +19,7 @@ PROJECT, EXPERIMENT = "tally-test", "tally-run"
 
 @pytest.fixture(scope="module")
 def tally():
-    from recipes.harness import trace_tally
+    import trace_tally
 
     return trace_tally
 

@@ -14,7 +14,7 @@ from recipes.constants import REPO_ROOT
 from recipes.launch.knobs import KnobError, Knobs
 from recipes.launch.trace_budget import PER_WORKER_KEY, budget_overrides
 from recipes.preflight.checks import check_tracing
-from recipes.preflight.report import Report
+from recipes.preflight.findings import Report
 from recipes.tracing import volume as v
 from testkit.launcher import plan
 

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from recipes.harness.standins.weave_http_server import API_KEY, loopback_wandb
+from harness.standins.weave_http_server import API_KEY, loopback_wandb
 
 WORKER = """
 import asyncio, logging, sys
@@ -18,7 +18,7 @@ from types import SimpleNamespace
 logging.basicConfig(level=logging.WARNING, format="%(message)s")
 from verl.utils.import_utils import load_class_from_fqn
 from verl.utils.rollout_trace import RolloutTraceConfig, rollout_trace_op
-from recipes.harness.agent_loop_inprocess import compose_trainer_config
+from harness.agent_loop_inprocess import compose_trainer_config
 
 # the recipe config as a launch with TOOL_SET=none composes it, and the worker class the trainer starts from it
 model_dir = sys.argv[1]
@@ -38,7 +38,7 @@ print(asyncio.run(Loop().run()))
 
 
 def run_worker(repo_root, tmp_path, **env):
-    from recipes.harness.qwen_tokenizer import build_tiny_qwen2_model_dir, default_cache_dir
+    from harness.qwen_tokenizer import build_tiny_qwen2_model_dir, default_cache_dir
 
     model_dir = build_tiny_qwen2_model_dir(default_cache_dir() / "tiny-qwen2")
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB", "WF_"))}

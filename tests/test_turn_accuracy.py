@@ -1,14 +1,14 @@
-"""recipes/harness/learning/turn_accuracy.py: which turn of a chain a warm start gets wrong, on transcripts rendered as
+"""scripts/harness/learning/turn_accuracy.py: which turn of a chain a warm start gets wrong, on transcripts rendered as
 the agent loop renders them (the real renderer and a tokenizer built on chain-task rows)."""
 
 import pytest
-from test_cpu_learning import rows_of
 
-from recipes.harness.learning import task
-from recipes.harness.learning.small_model import build_from_rows
-from recipes.harness.learning.transcripts import Renderer, depth_of
-from recipes.harness.learning.turn_accuracy import by_depth, main, turn_spans
-from recipes.tool_sets import get_tool_set
+from harness.learning import task
+from harness.learning.small_model import build_from_rows
+from harness.learning.transcripts import Renderer, depth_of
+from harness.learning.turn_accuracy import by_depth, main, turn_spans
+from recipes.gsm8k.tool_sets import get_tool_set
+from test_cpu_learning import rows_of
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""The end of training closes W&B while its service still answers (recipes/preempt/trainer.py): when Ray ends the
+"""The end of training closes W&B while its service still answers (recipes/trainer/trainer.py): when Ray ends the
 TaskRunner, wandb-core, its child, goes first, and wandb's own atexit teardown then prints a ConnectionResetError
 traceback after every run that logged to W&B. A real offline wandb run in a real process whose service is killed
 before it exits, as Ray's shutdown does it."""
@@ -18,7 +18,7 @@ CHILD = textwrap.dedent("""
     run = wandb.init(project="recipe-test", mode="offline", dir=sys.argv[2])
     run.log({"step_metric": 1.0})
     if sys.argv[1] != "left to exit":
-        from recipes.preempt.trainer import _finish_wandb_run
+        from recipes.trainer.trainer import _finish_wandb_run
         _finish_wandb_run(preempting=sys.argv[1] == "stopped")
     children = psutil.Process().children(recursive=True)
     for child in children:  # wandb-core ends first, as under Ray's shutdown

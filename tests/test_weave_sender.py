@@ -1,12 +1,12 @@
-"""recipes/tracing/sender.py: weave's batch sender posts the JSON it encoded once, and W&B receives the same calls as
-from weave's own sender. Real weave client, batching and HTTP transport; W&B as the loopback stand-in."""
+"""recipes/trace_relay/sender.py: weave's batch sender posts the JSON it encoded once, and W&B receives the same
+calls as from weave's own sender. Real weave client, batching and HTTP transport; W&B as the loopback stand-in."""
 
 from __future__ import annotations
 
 import pytest
 
-from recipes.harness.standins.weave_http_server import API_KEY, loopback_wandb
-from recipes.tracing.sender import post_encoded_batches
+from harness.standins.weave_http_server import API_KEY, loopback_wandb
+from recipes.trace_relay.sender import post_encoded_batches
 
 CALLS = 12
 

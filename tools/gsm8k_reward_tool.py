@@ -19,7 +19,7 @@ from uuid import uuid4
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 from verl.utils.rollout_trace import rollout_trace_op
 
-from recipes.answers import answers_match, extract_answer
+from recipes.gsm8k.answers import answers_match, extract_answer
 from tools.quiet_tool import QuietTool
 
 logger = logging.getLogger(__name__)

@@ -27,7 +27,7 @@ from recipes.launch.relays import RelayPlan, relay_plan
 PRINT_OUTPUT_DIR, CHECK_ONLY, DRY_RUN, SUBMIT, TRAIN = "print_output_dir", "check_only", "dry_run", "submit", "train"
 # ray_init settings that size a Ray the launch starts itself; Ray refuses them when joining an existing cluster
 CLUSTER_SIZING = ("num_cpus", "num_gpus", "resources", "object_store_memory")
-MAIN_PPO = "recipes.preempt.main_ppo"
+MAIN_PPO = "recipes.trainer.main_ppo"
 
 
 @dataclass
@@ -46,7 +46,7 @@ class Launch:
     notes: list[str] = field(default_factory=list)
 
     def main_ppo_command(self) -> list[str]:
-        # verl's main_ppo with the recipe's TaskRunner: a stop at a step boundary, saved (recipes/preempt/)
+        # verl's main_ppo with the recipe's TaskRunner: a stop at a step boundary, saved (recipes/trainer/)
         return [self.python, "-m", MAIN_PPO, f"--config-path={CONFIG_DIR}",
                 f"--config-name={CONFIG_NAME}", *self.overrides]
 

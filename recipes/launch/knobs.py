@@ -4,7 +4,7 @@ scripts/run_gsm8k_grpo.sh lists the knobs as users set them: its `VAR=${VAR:-def
 their defaults (what `--help` prints), read here from the script itself, and it hands them to
 `python -m recipes.launch` in its environment. The two derived knobs, EXPERIMENT_NAME and OUTPUT_DIR (empty there),
 are derived here only, when a `Knobs` is made. Everything else that needs "the config as the launcher composes it"
-(recipes/harness/agent_loop_inprocess.py, the benchmarks, the tests) builds `Knobs` and calls `launch_overrides`
+(scripts/harness/agent_loop_inprocess.py, the benchmarks, the tests) builds `Knobs` and calls `launch_overrides`
 here instead of restating the mapping. A knob left empty means the same as a knob unset, as `${VAR:-default}` reads
 it.
 """
@@ -20,7 +20,7 @@ import yaml
 
 from recipes.constants import AGENT_LOOP_CONFIG, CONFIG_DIR, CONFIG_NAME, PROFILE_DIR, REPO_ROOT, TOOL_CONFIG_DIR
 from recipes.export.provenance import model_label
-from recipes.tool_sets import NO_TOOLS
+from recipes.gsm8k.tool_sets import NO_TOOLS
 
 LAUNCH_SCRIPT = REPO_ROOT / "scripts" / "run_gsm8k_grpo.sh"
 TRACE_CHOICES = ("", "on", "off")
@@ -155,7 +155,7 @@ def launch_overrides(knobs: Knobs, root: str | Path = REPO_ROOT) -> list[str]:
         f"data.val_files={knobs.data_dir}/test.parquet",
         f"actor_rollout_ref.rollout.multi_turn.tool_config_path={tool_config}",
         f"actor_rollout_ref.rollout.agent.agent_loop_config_path={root}/config/{AGENT_LOOP_CONFIG.name}",
-        f"reward.custom_reward_function.path={root}/recipes/rollout/reward.py",
+        f"reward.custom_reward_function.path={root}/recipes/gsm8k/reward.py",
         f"trainer.experiment_name={knobs.experiment_name}",
         f"trainer.default_local_dir={out}/checkpoints",
         f"trainer.rollout_data_dir={out}/rollouts",

@@ -53,7 +53,7 @@ def _hardware(config: DictConfig) -> str:
     tp = _get(config, "actor_rollout_ref.rollout.tensor_model_parallel_size")
     engines = nodes * gpus // tp
     # on the CPU platform n_gpus_per_node counts CPU ranks (Ray's logical GPUs): say so, not "GPU(s)"
-    ranks = "CPU rank(s) on recipes/cpu_backend's stand-ins, no GPU" if on_cpu_platform() else "GPU(s)"
+    ranks = "CPU rank(s) on scripts/harness/cpu_backend's stand-ins, no GPU" if on_cpu_platform() else "GPU(s)"
     return (f"{nodes} node(s) x {gpus} {ranks}; rollout {_get(config, 'actor_rollout_ref.rollout.name')}, "
             f"TP {tp}: {engines} engine(s) of up to {_get(config, 'actor_rollout_ref.rollout.max_num_seqs')} sequences")
 

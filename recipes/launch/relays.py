@@ -26,10 +26,9 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from recipes.constants import TRACE_RELAY_ENV, TRACE_RELAY_TOKEN_ENV
 from recipes.launch.knobs import Knobs
 from recipes.trace_relay.keeper import HANG_AFTER_S, RelayKeeper
-from recipes.trace_relay.names import run_key
+from recipes.trace_relay.names import TRACE_RELAY_ENV, TRACE_RELAY_TOKEN_ENV, run_key
 from recipes.trace_relay.on_ray import NodeSummary, RelaySettings, spool_summary
 
 # Where each node keeps its traces when the run spans a cluster and TRACE_SPOOL is not set: a node's own disk

@@ -2,7 +2,7 @@
 projected volume (recipes/tracing/volume.py) fits, at least one group a step. It needs the composed config (batch,
 n, agent-loop workers, validation), so it is applied after the preflight has composed it, as two more overrides:
 verl's `max_samples_per_step_per_worker` (the most any worker traces a step) and the recipe's GROUPS_KEY (the
-groups a step, which each worker turns into its share: recipes/rollout/worker.py)."""
+groups a step, which each worker turns into its share: recipes/gsm8k/worker.py)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ Order: the relays start (and answer) before main_ppo, so every worker finds its 
 (PUBLISH_EVALS=1) starts beside main_ppo and exits after this process does; when main_ppo ends, the relays drain
 and each says what it sent and what is left. A stop (SIGTERM, SIGINT/Ctrl-C, SIGUSR1: what scancel, a SLURM
 time limit or `--signal`, Kubernetes and a spot reclaim send) saves: the launcher asks the trainer to finish the step
-in progress, save it and end (recipes/preempt/: a request file in the checkpoint folder), then says in one line
+in progress, save it and end (recipes/trainer/: a request file in the checkpoint folder), then says in one line
 which step is saved where and that the same command resumes, and exits EXIT_RESUMABLE (75). A second signal, or a
 step that has not ended STOP_WAIT_MINUTES after the first, stops main_ppo at once as before: SIGTERM (Ray's driver
 exits on it; main_ppo ignores SIGINT itself, as a shell's background job does); the newest checkpoint stands and the
@@ -28,8 +28,8 @@ from recipes.constants import REPO_ROOT
 from recipes.launch.console import quiet_environment
 from recipes.launch.decision import Launch
 from recipes.launch.relays import RelayStartError, say_summaries, start_relays
-from recipes.preempt import request
 from recipes.signals import WAKE_EVERY_S
+from recipes.trainer import request
 from recipes.watchdog.watch import start_watch
 
 OPEN_FILES = 65535  # Ray opens many sockets per node

@@ -12,14 +12,14 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from recipes.constants import AGENT_NAME, AGENT_NAME_NO_TOOLS, REPO_ROOT
+from recipes.constants import AGENT_NAME, AGENT_NAME_NO_TOOLS, CPU_ROLLOUT_NAME, REPO_ROOT
 from recipes.credentials import has_wandb_credentials, wandb_host
 from recipes.models import looks_like_a_local_path
+from recipes.preflight.findings import Report
 from recipes.preflight.hub_model import check_hub_model
 from recipes.preflight.jit_toolchain import check_jit_toolchain
 from recipes.preflight.memory import check_memory
 from recipes.preflight.prompt_lengths import check_prompt_lengths
-from recipes.preflight.report import Report
 from recipes.preflight.rollout_checks import check_lora_with_sglang, check_rollout_concurrency, check_tool_timeout
 from recipes.preflight.row_origin import check_row_origin
 from recipes.preflight.schedule import check_schedule
@@ -139,8 +139,8 @@ def check_reward(config: DictConfig, report: Report) -> None:
                     "tool responses as if the model wrote them")
         return
     if not Path(path).is_file():
-        moved = Path(path).parts[-2:] == ("recipes", "reward.py")  # where it was before recipes/rollout/
-        moved = " (the recipe's reward is recipes/rollout/reward.py now)" if moved else ""
+        moved = Path(path).parts[-2:] == ("recipes", "reward.py")  # where it was before recipes/gsm8k/
+        moved = " (the recipe's reward is recipes/gsm8k/reward.py now)" if moved else ""
         report.error(f"reward.custom_reward_function.path: {path} not found{moved}")
         return
     spec = importlib.util.spec_from_file_location("_preflight_reward", path)
@@ -227,7 +227,8 @@ def check_tracing(config: DictConfig, report: Report) -> None:
 
 
 def on_cpu_platform() -> bool:
-    """scripts/smoke_cpu.sh: verl runs on recipes/cpu_backend's CPU platform, no GPU or GPU env to check."""
+    """scripts/smoke_cpu.sh: verl runs on the CPU backend's platform (scripts/harness/cpu_backend/), no GPU or GPU
+    env to check."""
     return os.environ.get("VERL_PLATFORM") == "cpu"
 
 
@@ -236,11 +237,9 @@ def check_cpu_rollout(config: DictConfig, report: Report) -> None:
     there would fail minutes later, inside Ray."""
     if not on_cpu_platform():
         return
-    from recipes.cpu_backend import ROLLOUT_NAME  # the package holds the name only: nothing of Ray or torch
-
     name = config.actor_rollout_ref.rollout.name
-    if name != ROLLOUT_NAME:
-        report.error(f"VERL_PLATFORM=cpu (DEVICE=cpu, smoke_cpu.sh) runs the rollout {ROLLOUT_NAME} only, but "
+    if name != CPU_ROLLOUT_NAME:
+        report.error(f"VERL_PLATFORM=cpu (DEVICE=cpu, smoke_cpu.sh) runs the rollout {CPU_ROLLOUT_NAME} only, but "
                      f"actor_rollout_ref.rollout.name={name}: use a CPU profile (PROFILE=cpu_smoke)")
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from recipes.models import cached_file, cached_model_ids, hub_cache_dir, looks_like_a_local_path, qwen25_hub_ids
-from recipes.preflight.report import Report
+from recipes.preflight.findings import Report
 
 HUB_TIMEOUT_S = 10
 TRUE = ("1", "true", "yes", "on")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from recipes.preflight.report import Report
+from recipes.preflight.findings import Report
 
 
 def prompt_lengths(config: DictConfig, path: Path, tokenizer) -> list[int]:

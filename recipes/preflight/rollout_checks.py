@@ -6,7 +6,7 @@ import math
 
 from omegaconf import DictConfig, OmegaConf
 
-from recipes.preflight.report import Report
+from recipes.preflight.findings import Report
 
 SERVER_BACKENDS = ("sglang", "vllm")
 
@@ -41,9 +41,9 @@ def check_rollout_concurrency(config: DictConfig, report: Report) -> None:
 
 
 def check_tool_timeout(config: DictConfig, report: Report) -> None:
-    """The recipe's bound on one tool call (recipes/rollout/tool_timeout.py) is read in every agent-loop worker: a
+    """The recipe's bound on one tool call (recipes/gsm8k/tool_timeout.py) is read in every agent-loop worker: a
     value it refuses would end the run at its first rollout."""
-    from recipes.rollout.tool_timeout import tool_timeout_s
+    from recipes.gsm8k.tool_timeout import tool_timeout_s
 
     try:
         tool_timeout_s(config)

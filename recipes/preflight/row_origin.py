@@ -9,7 +9,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from recipes.constants import REPO_ROOT
-from recipes.preflight.report import Report
+from recipes.preflight.findings import Report
 
 RECIPE_REWARD = REPO_ROOT / "recipes" / "rollout" / "reward.py"
 
@@ -22,7 +22,7 @@ def uses_recipe_reward(config: DictConfig) -> bool:
 def check_row_origin(config: DictConfig, path: Path, row: dict, report: Report) -> None:
     """`row`: the file's first row, with its data_source, prompt and extra_info."""
     if uses_recipe_reward(config):
-        from data_prep.registry import UnknownDataSource, dataset_for
+        from recipes.gsm8k.datasets import UnknownDataSource, dataset_for
 
         try:
             dataset_for(row["data_source"])
@@ -32,7 +32,7 @@ def check_row_origin(config: DictConfig, path: Path, row: dict, report: Report) 
     prompt = row.get("prompt") or []
     if not prompt or prompt[0].get("role") != "system":
         return
-    from recipes.tool_sets import TOOL_SETS
+    from recipes.gsm8k.tool_sets import TOOL_SETS
 
     tool_set = TOOL_SETS.get(tool_set_name)
     if tool_set is not None and prompt[0].get("content") != tool_set.system_prompt:

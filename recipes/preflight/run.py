@@ -15,7 +15,7 @@ from omegaconf import DictConfig
 from recipes.preflight.checks import run_all
 from recipes.preflight.compose import compose_config, validate_like_verl
 from recipes.preflight.division import division_problems
-from recipes.preflight.report import Report
+from recipes.preflight.findings import Report
 from recipes.preflight.stale_keys import stale_warnings
 from recipes.preflight.value_types import mistyped_values
 

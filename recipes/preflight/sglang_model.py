@@ -25,7 +25,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from recipes.gpu_env.kernel_census import shape_of
-from recipes.preflight.report import Report
+from recipes.preflight.findings import Report
 
 FLASHINFER_HEAD_DIMS = (64, 128, 256, 512)
 TENSOR_CORE_GROUP = 4  # SGLang decodes with FlashInfer's tensor-core module from this GQA group up

@@ -13,7 +13,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from recipes.constants import REPO_ROOT
-from recipes.preflight.report import Report
+from recipes.preflight.findings import Report
 from recipes.preflight.rollout_checks import lora_rank
 
 OUTPUT_KEYS = ("default_local_dir", "rollout_data_dir", "validation_data_dir")

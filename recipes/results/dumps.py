@@ -1,13 +1,13 @@
 """Read verl's generation dumps: one `<step>.jsonl` per step, one line per rollout with input, output,
-gts, score, step and the reward function's extra keys (recipes/answers.py REWARD_KEYS)."""
+gts, score, step and the reward function's extra keys (recipes/gsm8k/answers.py REWARD_KEYS)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from recipes.answers import ACC, SCORE, TOOL_CALLS
-from recipes.trajectory import count_tool_call_tags
+from recipes.gsm8k.reward_keys import ACC, SCORE, TOOL_CALLS
+from recipes.gsm8k.trajectory import count_tool_call_tags
 
 
 def load_dump_dir(folder: str | Path) -> list[dict]:

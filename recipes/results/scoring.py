@@ -1,5 +1,5 @@
 """The one scorer of dump lines: accuracy, tool use, pass@k and the by-operations breakdown, read from the scores the
-run's agent loop gave each trajectory (recipes/rollout/agent_loop.py: the recipe's reward on the model's own turns),
+run's agent loop gave each trajectory (recipes/gsm8k/agent_loop.py: the recipe's reward on the model's own turns),
 which verl writes into every dump line (recipes/results/dumps.py reads them). Nothing is scored twice: a dump line is
 what training and validation saw. The evaluation summary (`summarize`), the rollout report (`by_step`,
 `by_step_and_ops`), Weave Evaluations and the learning checks all count here."""
@@ -10,7 +10,17 @@ from collections import defaultdict
 from math import comb
 from statistics import mean
 
-from recipes.answers import ACC, ACC_FLEXIBLE, ACC_STRICT, BAD_TOOL_CALLS, FORMAT_OK, PRED, REF_OPS, SCORE, TOOL_CALLS
+from recipes.gsm8k.reward_keys import (
+    ACC,
+    ACC_FLEXIBLE,
+    ACC_STRICT,
+    BAD_TOOL_CALLS,
+    FORMAT_OK,
+    PRED,
+    REF_OPS,
+    SCORE,
+    TOOL_CALLS,
+)
 
 # the reward's keys a validation summary needs in every line (REF_OPS is optional: dumps made before it lack it)
 SCORE_FIELDS = (ACC_STRICT, ACC_FLEXIBLE, FORMAT_OK, TOOL_CALLS, BAD_TOOL_CALLS, PRED)
@@ -28,7 +38,7 @@ def score_record(record: dict) -> dict:
     missing = [key for key in SCORE_FIELDS if key not in record]
     if missing:
         raise ValueError(f"a dump line has no {', '.join(missing)}: the run's reward function "
-                         "(reward.custom_reward_function) must return recipes/rollout/reward.py's keys")
+                         "(reward.custom_reward_function) must return recipes/gsm8k/reward.py's keys")
     return {key: record[key] for key in SCORE_FIELDS} | ({REF_OPS: int(record[REF_OPS])} if REF_OPS in record else {})
 
 

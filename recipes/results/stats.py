@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 from statistics import mean
 
-from recipes.answers import ACC
+from recipes.gsm8k.reward_keys import ACC
 
 
 def prompt_accuracy(records: list[dict]) -> dict[str, dict[int, float]]:

@@ -35,11 +35,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from recipes.answers import ACC_FLEXIBLE, ACC_STRICT, BAD_TOOL_CALLS, FORMAT_OK, PRED, SCORE, TOOL_CALLS
 from recipes.constants import INSTRUCTION
+from recipes.gsm8k.reward_keys import ACC_FLEXIBLE, ACC_STRICT, BAD_TOOL_CALLS, FORMAT_OK, PRED, SCORE, TOOL_CALLS
+from recipes.gsm8k.trajectory import count_tool_errors
 from recipes.results.dumps import parse_dump
 from recipes.results.scoring import SCORE_FIELDS, score_record, summarize
-from recipes.trajectory import count_tool_errors
 
 logger = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 weave alone delivers only while its process lives and W&B answers: a flush during an outage drops the batch,
 and its write-ahead log does not hold up across processes (weave-0.54 facts). The agent-loop workers' weave
-clients talk to their node's relay instead (recipes.tracing.relay_client.use_trace_relay); it writes each trace
+clients talk to their node's relay instead (recipes.trace_relay.client.use_trace_relay); it writes each trace
 request to
 that node's disk before answering, sends the spool to W&B in order with unlimited retry, and what it could not
 send stays in the spool for `scripts/upload_traces.py`, from any machine that reaches W&B.

@@ -31,9 +31,9 @@ import threading
 import time
 from pathlib import Path
 
-from recipes.constants import TRACE_RELAY_TOKEN_ENV
 from recipes.trace_relay import limits
 from recipes.trace_relay.keeper import HANG_AFTER_S, NOT_STARTED_EXIT
+from recipes.trace_relay.names import TRACE_RELAY_TOKEN_ENV
 
 PENDING_EXIT = 3
 

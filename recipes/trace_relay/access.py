@@ -24,8 +24,8 @@ import json
 import re
 from urllib.parse import unquote
 
-from recipes.constants import RELAY_HEALTH_PATH
 from recipes.trace_relay import protocol
+from recipes.trace_relay.names import RELAY_HEALTH_PATH
 
 # reads of weave's client (ref resolution, call queries): POST with a JSON body, passed through to W&B
 READ_ROUTES = frozenset({"/calls/stream_query", "/calls/query_stats", "/call/read", "/obj/read", "/objs/query",

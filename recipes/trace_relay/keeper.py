@@ -38,8 +38,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-from recipes.constants import RELAY_HEALTH_PATH
 from recipes.signals import wait_for_event
+from recipes.trace_relay.names import RELAY_HEALTH_PATH
 from recipes.trace_relay.spool import open_private
 
 logger = logging.getLogger(__name__)

@@ -8,7 +8,7 @@ its node and keeps a relay process serving it (recipes/trace_relay/keeper.py: re
 answering), spooling to that node's disk, under `spool_base/<node>`. An agent-loop worker asks for the keeper of
 its own node by name (`<run>/<node id>`, namespace NAMESPACE; `run` is derived from the config every worker gets)
 and points its weave client at the URL, with the run's token, that the keeper answers
-(recipes.tracing.relay_client.use_trace_relay). The token (RelaySettings.token, made by the launcher for this
+(recipes.trace_relay.client.use_trace_relay). The token (RelaySettings.token, made by the launcher for this
 launch) travels as the keepers' constructor argument and their answer to the workers, inside the cluster: whoever can
 reach Ray's own ports can read it, as they can run any code there (docs/multi-node.md: a closed cluster). Each
 keeper hands it to its relay in the environment, never on a command line. A keeper started again by Ray
@@ -31,9 +31,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from recipes.constants import TRACE_RELAY_TOKEN_ENV
 from recipes.trace_relay.keeper import HANG_AFTER_S, RelayKeeper
-from recipes.trace_relay.names import KEEPER_ANSWER_S, NAMESPACE, keeper_name, node_label
+from recipes.trace_relay.names import KEEPER_ANSWER_S, NAMESPACE, TRACE_RELAY_TOKEN_ENV, keeper_name, node_label
 from recipes.trace_relay.spool import open_private, private_dir
 
 logger = logging.getLogger(__name__)

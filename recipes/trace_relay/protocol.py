@@ -27,7 +27,7 @@ from typing import Any
 # imported here, once: a first import inside concurrent request threads can see a half-initialised module
 from weave.trace.serialization import digest as weave_digest
 
-from recipes.constants import RELAY_HEALTH_PATH  # noqa: F401  the relay's own route, served beside W&B's
+from recipes.trace_relay.names import RELAY_HEALTH_PATH  # noqa: F401  the relay's own route, served beside W&B's
 
 TRACE_PREFIX = "/traces"
 GRAPHQL_PATH = "/graphql"

@@ -4,7 +4,7 @@ advantage as verl computes it.
 verl's agent-loop worker runs each trajectory of its chunk as an asyncio task of its own and holds all n rewards of
 a prompt only once it has gathered them (verl/experimental/agent_loop/agent_loop.py,
 AgentLoopWorker.generate_sequences). So, in every worker process:
-- the worker (recipes/rollout/worker.py) runs each traced training trajectory inside `weave.thread(<group>)`: the n
+- the worker (recipes/gsm8k/worker.py) runs each traced training trajectory inside `weave.thread(<group>)`: the n
   roots of a prompt at a step become the n turns of one thread, their calls carry its id;
 - the tracer (recipes/tracing/shaping.py) holds each finished root instead of sending it (`GroupBook.hold`);
 - once verl has gathered the chunk, `close_step` computes the figures with verl's own

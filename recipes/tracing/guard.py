@@ -9,7 +9,7 @@ import threading
 from typing import Any
 
 from recipes.credentials import has_wandb_credentials
-from recipes.tracing.relay_client import quiet_call_links
+from recipes.trace_relay.client import quiet_call_links
 
 logger = logging.getLogger(__name__)
 
@@ -20,7 +20,7 @@ def guard_trace_init() -> None:
     """Make RolloutTraceConfig.init survive weave.init failing (tracing goes off, training goes on), and
     keep weave from logging a link per traced call (quiet_call_links).
 
-    The recipe's agent-loop worker (recipes/rollout/worker.py) calls this before verl's
+    The recipe's agent-loop worker (recipes/gsm8k/worker.py) calls this before verl's
     AgentLoopWorker.__init__ runs RolloutTraceConfig.init.
     """
     from verl.utils.rollout_trace import RolloutTraceConfig

@@ -1,5 +1,5 @@
 """Where a run's Weave traces can be opened: said once by the launcher, instead of a link per traced call from
-every agent-loop worker (recipes.tracing.relay_client.quiet_call_links)."""
+every agent-loop worker (recipes.trace_relay.client.quiet_call_links)."""
 
 from __future__ import annotations
 

@@ -21,8 +21,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from recipes.trace_relay.sender import post_encoded_batches
 from recipes.tracing.groups import GroupBook
-from recipes.tracing.sender import post_encoded_batches
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """What a run's traces weigh, and which GRPO groups a step traces: the one home of that arithmetic.
 
 The launcher's plan and its TRACE_GB_PER_DAY budget (recipes/launch/trace_budget.py), the agent-loop workers'
-rotation (recipes/rollout/worker.py), the trace tally and the rollout benchmark read it from here.
+rotation (recipes/gsm8k/worker.py), the trace tally and the rollout benchmark read it from here.
 
     traced a step   = G groups x n rollouts (+ G x val_n a validation, every test_freq steps)
     MB a step       = traced x TRACE_BYTES_PER_TRAJECTORY / 1e6

@@ -4,7 +4,7 @@ main_ppo's output passes through the launcher (recipes/watchdog/output.py) and e
 on (recipes/watchdog/progress.py) resets the clock (recipes/watchdog/clock.py). A thread looks every `poll_s`;
 when nothing moved for longer than the limit it
 1. says so, then samples every process of the run on every node over a window (recipes/watchdog/cluster.py)
-   and writes the stall report (recipes/watchdog/report.py);
+   and writes the stall report (recipes/watchdog/stall_report.py);
 2. prints one line: the likely culprit (process and frame) and the report's folder;
 3. STALL_ACTION=stop: stops main_ppo as Ctrl-C does (SIGTERM; the launcher then drains the relays, traces kept),
    SIGKILLs it if it has not ended after STOP_GRACE_S, and once it has, SIGKILLs what it left behind (a stopped
@@ -29,8 +29,8 @@ from recipes.watchdog.clock import StallClock
 from recipes.watchdog.cluster import CLUSTER_EXTRA_S, gather
 from recipes.watchdog.output import OutputPump
 from recipes.watchdog.progress import progress_in
-from recipes.watchdog.report import write_report
 from recipes.watchdog.sample import SAMPLES, WINDOW_S
+from recipes.watchdog.stall_report import write_report
 
 STALL_EXIT = 124  # the launch's status when the watchdog stopped it (as `timeout` says a command ran too long)
 POLL_MAX_S, POLL_MIN_S = 30.0, 1.0

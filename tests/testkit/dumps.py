@@ -4,7 +4,7 @@ verl and the reward's extra keys. Stands in for nothing but the trainer around t
 
 from __future__ import annotations
 
-from recipes.rollout.agent_loop import REWARD_EXTRA_INFO
+from recipes.gsm8k.agent_loop import REWARD_EXTRA_INFO
 
 
 def write_verl_dump(tok, outputs, ground_truths: list[str], folder, step: int) -> None:

@@ -39,14 +39,14 @@ def main(argv: list[str] | None = None) -> int:
 
     import pyarrow.parquet as pq
 
-    from recipes.answers import ACC, ACC_STRICT, PRED, TOOL_CALLS
+    from harness import agent_loop_inprocess as harness
+    from harness.qwen_tokenizer import load_qwen25_tokenizer
+    from harness.standins.scripted_llm import ScriptedLLM
     from recipes.constants import REPO_ROOT
-    from recipes.harness import agent_loop_inprocess as harness
-    from recipes.harness.qwen_tokenizer import load_qwen25_tokenizer
-    from recipes.harness.standins.scripted_llm import ScriptedLLM
-    from recipes.rollout.agent_loop import REWARD_EXTRA_INFO, ScoredToolAgentLoop
-    from recipes.rollout.reward import compute_score
-    from recipes.trajectory import count_tool_calls, model_text, split_turns
+    from recipes.gsm8k.agent_loop import REWARD_EXTRA_INFO, ScoredToolAgentLoop
+    from recipes.gsm8k.reward import compute_score
+    from recipes.gsm8k.reward_keys import ACC, ACC_STRICT, PRED, TOOL_CALLS
+    from recipes.gsm8k.trajectory import count_tool_calls, model_text, split_turns
 
     turns = json.loads(args.turns)
     row = pq.read_table(args.data_file).slice(0, 1).to_pylist()[0]
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _score(compute_score, inputs: list) -> float | str:
-    from recipes.answers import ACC
+    from recipes.gsm8k.reward_keys import ACC
 
     try:
         return compute_score(*inputs)[ACC]

@@ -3,7 +3,7 @@ gives every rollout exactly the negated advantage (the group mean flips, the gro
 must LOSE accuracy where the real reward gains it. Select with
 reward.custom_reward_function.path=<repo>/tests/testkit/flipped_reward.py (name compute_score)."""
 
-from recipes.rollout.reward import compute_score as _recipe_score
+from recipes.gsm8k.reward import compute_score as _recipe_score
 
 
 def compute_score(*args, **kwargs) -> dict:

@@ -25,7 +25,7 @@ def _rank(rank: int, actor_dir: str, port: int) -> None:
     from transformers import Qwen2Config, Qwen2ForCausalLM
     from verl.utils.checkpoint.fsdp_checkpoint_manager import FSDPCheckpointManager
 
-    from recipes.harness.qwen_tokenizer import FIRST_ADDED_ID, VOCAB_SIZE, load_qwen25_tokenizer
+    from harness.qwen_tokenizer import FIRST_ADDED_ID, VOCAB_SIZE, load_qwen25_tokenizer
 
     dist.init_process_group("gloo", rank=rank, world_size=WORLD_SIZE)
     torch.manual_seed(0)  # both ranks build the same model; each keeps its half of every parameter
@@ -55,7 +55,7 @@ def write_fsdp_checkpoint(actor_dir: str | os.PathLike) -> Path:
 
     import torch.multiprocessing as mp
 
-    from recipes.harness.qwen_tokenizer import load_qwen25_tokenizer
+    from harness.qwen_tokenizer import load_qwen25_tokenizer
 
     load_qwen25_tokenizer()  # built once here (cached), before the two ranks would both build it
     with socket.socket() as s:  # a free loopback port for the two ranks' rendezvous

@@ -5,7 +5,7 @@ preflight's own check, recipes/preflight/checks.py: check_transformers_version).
 from pathlib import Path
 
 from recipes.preflight.checks import check_transformers_version
-from recipes.preflight.report import Report
+from recipes.preflight.findings import Report
 
 
 def assert_carries_transformers_version(folder) -> None:

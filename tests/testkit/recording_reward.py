@@ -4,7 +4,7 @@ reward.custom_reward_function.path=<repo>/tests/testkit/recording_reward.py (nam
 
 import importlib
 
-from recipes.rollout.reward import compute_score as _recipe_score
+from recipes.gsm8k.reward import compute_score as _recipe_score
 
 CALLS: list[dict] = []  # of the module imported as testkit.recording_reward (verl loads this file by path)
 

@@ -25,7 +25,7 @@ class TracingWorker:
         import ray
 
         os.environ.update(env)
-        from recipes.tracing.relay_client import use_trace_relay
+        from recipes.trace_relay.client import use_trace_relay
 
         self.node = ray.get_runtime_context().get_node_id()
         self.relay = use_trace_relay(config)

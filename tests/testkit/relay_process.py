@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from recipes.constants import TRACE_RELAY_ENV, TRACE_RELAY_TOKEN_ENV
+from recipes.trace_relay.names import TRACE_RELAY_ENV, TRACE_RELAY_TOKEN_ENV
 
 
 class RelayProcess:

@@ -2,14 +2,15 @@
 verl). Each stands for a real way a run hangs; the test picks one with STALL_FAULT (the workers inherit it):
 
 - a tool whose call never returns, awaiting forever (`NeverAnsweringCalculator`, in a tool YAML): what the recipe's
-  per-call bound (recipes/rollout/tool_timeout.py) turns into one lost trajectory;
+  per-call bound (recipes/gsm8k/tool_timeout.py) turns into one lost trajectory;
 - a tool that blocks its agent-loop worker's event loop (`LoopBlockingCalculator`): a synchronous call inside
   `async def execute`, which no bound inside the loop can end; STALL_FAULT=tool;
 - a reward function that blocks (`compute_score`, as reward.custom_reward_function.path): the recipe's reward,
   except that the first training trajectory's call sleeps; STALL_FAULT=reward;
 - a training rank that sleeps inside the update (this module as actor_rollout_ref.model.external_lib, which
-  verl imports in each rank before it builds its engine; it sets up the CPU rank as recipes/cpu_backend/worker_setup
-  does): rank 0 sleeps before its first training forward-backward, the other rank waits for it in a collective;
+  verl imports in each rank before it builds its engine; it sets up the CPU rank as
+  scripts/harness/cpu_backend/worker_setup does): rank 0 sleeps before its first training forward-backward, the
+  other rank waits for it in a collective;
   STALL_FAULT=update.
 STALL_FAULT_HOLD_S bounds the sleep (unset: for good), so the same faults also make a step slow on purpose;
 STALL_FAULT_ARMED=<file>: a fault fires only once that file exists (the test creates it when the run is where it
@@ -23,8 +24,8 @@ import os
 import threading
 import time
 
-import recipes.cpu_backend.worker_setup  # noqa: F401  a CPU training rank's process group and engine, first
-from recipes.rollout.reward import compute_score as _recipe_score
+import harness.cpu_backend.worker_setup  # noqa: F401  a CPU training rank's process group and engine, first
+from recipes.gsm8k.reward import compute_score as _recipe_score
 from tools.calculator import CalculatorTool
 
 FAULT_ENV, HOLD_ENV, ARMED_ENV = "STALL_FAULT", "STALL_FAULT_HOLD_S", "STALL_FAULT_ARMED"
@@ -65,7 +66,7 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kw
 def _sleep_in_rank_zero() -> None:
     if os.environ.get(FAULT_ENV) != "update" or os.environ.get("RANK") != "0":
         return
-    from recipes.cpu_backend.engine import CpuFSDP2EngineWithLMHead
+    from harness.cpu_backend.engine import CpuFSDP2EngineWithLMHead
 
     training = CpuFSDP2EngineWithLMHead.forward_backward_batch
 

@@ -4,7 +4,7 @@
 `agent_loop_worker_<i>_<uuid>`, verl/experimental/agent_loop/agent_loop.py `_init_agent_loop_workers`). A test
 adds this module to `VERL_USE_EXTERNAL_MODULES` (FAULT_MODULE), so it runs when that worker process imports verl,
 before the recipe's worker
-(recipes/rollout/worker.py) runs its weave.init guard: this one process is pointed at a closed port on
+(recipes/gsm8k/worker.py) runs its weave.init guard: this one process is pointed at a closed port on
 127.0.0.1, as a node whose W&B (or trace relay) is unreachable, so its real weave.init fails, and the recipe's
 guard must switch its tracing off while the run trains on. Stands in for a network fault, nothing else.
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import socket
 
-from recipes.constants import TRACE_RELAY_ENV  # light: no verl, which is mid-import here
+from recipes.trace_relay.names import TRACE_RELAY_ENV  # light: no verl, which is mid-import here
 
 UNTRACED_WORKER_ENV = "CPU_SMOKE_UNTRACED_AGENT_LOOP_WORKER"
 FAULT_MODULE = __name__  # what a test appends to VERL_USE_EXTERNAL_MODULES (tests/ on PYTHONPATH)

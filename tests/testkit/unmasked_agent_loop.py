@@ -5,7 +5,7 @@ trajectory is scored first, from the true mask, so only training changes. Select
 `actor_rollout_ref.rollout.agent.agent_loop_config_path=<repo>/tests/testkit/unmasked_agent_loop.yaml` and
 <repo>/tests on PYTHONPATH (the Ray workers import it as testkit.unmasked_agent_loop)."""
 
-from recipes.rollout.agent_loop import ScoredToolAgentLoop
+from recipes.gsm8k.agent_loop import ScoredToolAgentLoop
 
 
 class UnmaskedToolAgentLoop(ScoredToolAgentLoop):

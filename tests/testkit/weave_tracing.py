@@ -7,7 +7,7 @@ import contextlib
 
 import pytest
 
-from recipes.harness.standins.weave_http_server import loopback_wandb
+from harness.standins.weave_http_server import loopback_wandb
 
 
 @contextlib.contextmanager
