@@ -1,4 +1,4 @@
-"""`python -m harness.bench_rollout`: the benchmark's command line (scripts/bench_rollout.py)."""
+"""`python scripts/bench_rollout.py`: the rollout benchmark's command line (its parts: scripts/harness/bench_rollout/)."""
 
 from __future__ import annotations
 

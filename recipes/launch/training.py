@@ -29,7 +29,7 @@ from recipes.launch.console import quiet_environment
 from recipes.launch.decision import Launch
 from recipes.launch.relays import RelayStartError, say_summaries, start_relays
 from recipes.signals import WAKE_EVERY_S
-from recipes.trainer import request
+from recipes.trainer import stop_request
 from recipes.watchdog.watch import start_watch
 
 OPEN_FILES = 65535  # Ray opens many sockets per node
@@ -53,7 +53,7 @@ class StopRequest:
     def signal(self, name: str, child: subprocess.Popen) -> None:
         if self.why is None and self.wait_s > 0:
             self.why, self.deadline = name, time.monotonic() + self.wait_s
-            request.request_stop(self.checkpoint_dir, name)
+            stop_request.request_stop(self.checkpoint_dir, name)
             print(f"[launch] {name}: finishing the step in progress, then a checkpoint and a stop (a second signal, "
                   f"or no end within {self.wait_s / 60:g} min, stops at once)", file=self.out, flush=True)
             return
@@ -74,18 +74,18 @@ class StopRequest:
 
     def outcome(self, status: int) -> int:
         """The launch's status, and its one line, once main_ppo has ended after a stop was asked."""
-        stopped = request.read_stopped(self.checkpoint_dir)
+        stopped = stop_request.read_stopped(self.checkpoint_dir)
         if status == 0 and stopped is None:
             return 0  # the run ended on its own (its last step) meanwhile
         if status != 0 and not self.at_once:
             return status  # main_ppo failed by itself while the step was finishing
-        saved = request.latest_checkpoint(self.checkpoint_dir)
+        saved = stop_request.latest_checkpoint(self.checkpoint_dir)
         where = (f"checkpoint of step {saved} in {self.checkpoint_dir}/global_step_{saved}" if saved is not None
                  else f"no checkpoint in {self.checkpoint_dir} (the run starts from scratch)")
         trained = f"after step {stopped['trained']}" if stopped else "at once"
         print(f"[launch] stopped ({self.why}) {trained}: {where}; run the same command to resume at step "
-              f"{(saved or 0) + 1} (exit status {request.EXIT_RESUMABLE})", file=self.out, flush=True)
-        return request.EXIT_RESUMABLE
+              f"{(saved or 0) + 1} (exit status {stop_request.EXIT_RESUMABLE})", file=self.out, flush=True)
+        return stop_request.EXIT_RESUMABLE
 
 
 def run_training(launch: Launch, out=None) -> int:
@@ -119,7 +119,7 @@ def run_training(launch: Launch, out=None) -> int:
         pipes = {} if watch is None else {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
         if watch is not None:
             env.setdefault("PYTHONUNBUFFERED", "1")  # each line as it is printed, not when a buffer fills
-        request.clear(checkpoint_dir)  # a request or an answer left by an earlier launch is not this one's
+        stop_request.clear(checkpoint_dir)  # a request or an answer left by an earlier launch is not this one's
         # ignored while it starts: main_ppo (and the Ray it starts) inherit the ignore, as a shell's background job
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         try:
@@ -138,8 +138,8 @@ def run_training(launch: Launch, out=None) -> int:
         return 1
     except Stopped as why:
         print(f"[launch] {why} before training started: stopping; nothing was trained, the same command starts it "
-              f"(exit status {request.EXIT_RESUMABLE})", file=out)
-        return request.EXIT_RESUMABLE
+              f"(exit status {stop_request.EXIT_RESUMABLE})", file=out)
+        return stop_request.EXIT_RESUMABLE
     finally:
         if relays is not None:
             for sig in STOP_SIGNALS:  # the drain finishes: the spools keep the rest anyway

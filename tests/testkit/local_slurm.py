@@ -3,8 +3,8 @@ cluster: Debian's slurm-wlm, `AuthType=auth/none` (no munge daemon, nothing leav
 state, spool, logs and free ports under one folder, so a SLURM the machine already runs is untouched. `stop` ends
 exactly the daemons it started.
 
-    python -m testkit.local_slurm start --dir DIR     # prints {"conf": ..., "env": {"SLURM_CONF": ...}}
-    python -m testkit.local_slurm stop --dir DIR
+    PYTHONPATH=tests python -m testkit.local_slurm start --dir DIR    # prints {"conf": ..., "env": {"SLURM_CONF": ...}}
+    PYTHONPATH=tests python -m testkit.local_slurm stop --dir DIR
 
 The commands (sbatch, squeue, scontrol, scancel, sacct-less `scontrol show job`) find this SLURM through
 SLURM_CONF in their environment (`env` of the state). `ensure_installed()` installs slurm-wlm with apt-get when
