@@ -1,4 +1,5 @@
-"""`python scripts/bench_rollout.py`: the rollout benchmark's command line (its parts: scripts/harness/bench_rollout/)."""
+"""`python scripts/bench_rollout.py`: the rollout benchmark's command line (its parts:
+scripts/harness/bench_rollout/)."""
 
 from __future__ import annotations
 

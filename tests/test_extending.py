@@ -33,7 +33,8 @@ def howto_files() -> dict[str, str]:
 
 
 def run(root, *command, env=None, timeout=240) -> subprocess.CompletedProcess:
-    environ = clean_environ(PYTHONPATH=os.pathsep.join([str(root), str(REPO_ROOT / "tests")]), **(env or {}))
+    environ = clean_environ(PYTHONPATH=os.pathsep.join([str(root), str(root / "scripts"), str(REPO_ROOT / "tests")]),
+                            **(env or {}))
     return subprocess.run([str(c) for c in command], cwd=root, env=environ, capture_output=True, text=True,
                           timeout=timeout, stdin=subprocess.DEVNULL)
 

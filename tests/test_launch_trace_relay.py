@@ -38,7 +38,7 @@ if os.environ.get("STAND_IN_TOKEN_FILE"):  # the key weave presents: the launch'
 import weave
 client = weave.init("launch-relay-test")
 
-from recipes.trainer import request
+from recipes.trainer import stop_request
 checkpoints = os.path.join(os.environ["OUTPUT_DIR"], "checkpoints")
 
 def last_step(*_, asked=False):  # the end of a step still in flight when training is stopped: traced and flushed
@@ -46,7 +46,7 @@ def last_step(*_, asked=False):  # the end of a step still in flight when traini
         client.finish_call(client.create_call("Rollout.last_step", {"i": i}), output={"reward": 0.0})
     client.flush()
     if asked:  # as the recipe's trainer answers a stop request at the step's end (no checkpoint: save_freq<=0)
-        request.record_stopped(checkpoints, trained=2, saved=None)
+        stop_request.record_stopped(checkpoints, trained=2, saved=None)
         os._exit(0)
     os._exit(128 + signal.SIGTERM)
 
@@ -59,7 +59,7 @@ open(os.environ["STAND_IN_PID_FILE"], "w").write(str(os.getpid()))  # a step don
 print("(TaskRunner pid=1) step:1 - stand_in/calls:%d" % int(os.environ["STAND_IN_CALLS"]), flush=True)  # as verl's
 if os.environ.get("STAND_IN_TRAIN_FOREVER"):
     while True:  # until the launcher asks for a stop, or passes on a SIGTERM (short sleeps: whichever thread takes
-        if request.stop_requested(checkpoints):  # it, the handler runs)
+        if stop_request.stop_requested(checkpoints):  # it, the handler runs)
             last_step(asked=True)
         time.sleep(0.5)
 os._exit(0)  # Ray's workers die without atexit

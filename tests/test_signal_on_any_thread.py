@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from recipes.constants import REPO_ROOT
 from recipes.results.eval_watch import pid_alive
 from recipes.trace_relay.names import TRACE_RELAY_TOKEN_ENV
+from testkit.paths import recipe_pythonpath
 from testkit.threads import children, other_threads
 
 pytestmark = pytest.mark.timeout(180)
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.timeout(180)
 def start(tmp_path: Path, *argv: str) -> tuple[subprocess.Popen, Path]:
     url_file, log = tmp_path / "url", tmp_path / "out.log"
     env = {**os.environ, "WANDB_ERROR_REPORTING": "false", "WEAVE_USE_SERVER_CACHE": "false",
-           "PYTHONPATH": str(REPO_ROOT), TRACE_RELAY_TOKEN_ENV: "signal-test-" + "t" * 32}  # a relay needs one
+           "PYTHONPATH": recipe_pythonpath(), TRACE_RELAY_TOKEN_ENV: "signal-test-" + "t" * 32}  # a relay needs one
     with open(log, "wb") as out:
         process = subprocess.Popen([sys.executable, "-m", *argv, "--url-file", str(url_file)], env=env, stdout=out,
                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)

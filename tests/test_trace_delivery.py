@@ -23,6 +23,7 @@ from harness.qwen_tokenizer import build_tiny_qwen2_model_dir, default_cache_dir
 from harness.standins.scripted_llm import ScriptedLLM, tool_call
 from harness.standins.weave_http_server import API_KEY, loopback_wandb
 from recipes.gsm8k.tool_sets import get_tool_set
+from testkit.paths import recipe_pythonpath
 from testkit.relay_process import RelayProcess
 from tools.calculator import NAME as CALCULATOR
 
@@ -78,11 +79,12 @@ def run(repo_root, tmp_path_factory):
     # the class the trainer loads from the recipe config (ray_trainer: agent_loop_manager_class)
     manager_class = load_class_from_fqn(config.actor_rollout_ref.rollout.agent.agent_loop_manager_class)
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": str(repo_root)}})
+             runtime_env={"env_vars": {"PYTHONPATH": recipe_pythonpath(repo_root)}})
 
     def start_worker(env: dict[str, str]):
         return manager_class.agent_loop_workers_class.options(
-            runtime_env={"env_vars": {"PYTHONPATH": str(repo_root), "WEAVE_PRINT_CALL_LINK": "false", **env}}
+            runtime_env={"env_vars": {"PYTHONPATH": recipe_pythonpath(repo_root), "WEAVE_PRINT_CALL_LINK": "false",
+                                      **env}}
         ).remote(config, llm, None, None)
 
     def step(worker, number: int) -> float:
@@ -111,6 +113,7 @@ def run(repo_root, tmp_path_factory):
         yield SimpleNamespace(step=step, workers=workers, direct_wandb=direct_wandb, flaky_wandb=flaky_wandb,
                               online=online, offline=offline)
     ray.shutdown()
+
 
 
 def assert_whole_traces(storage, steps: int) -> None:

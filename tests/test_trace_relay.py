@@ -16,6 +16,7 @@ from recipes.trace_relay.names import TRACE_RELAY_ENV, TRACE_RELAY_TOKEN_ENV
 from recipes.trace_relay.relay import TraceRelay
 from recipes.trace_relay.spool import Record, Spool, SpoolBusy
 from recipes.trace_relay.upstream import Upstream
+from testkit.paths import recipe_pythonpath
 
 TOKEN = "relay-test-token-" + "t" * 24  # the launch's secret, as the relay and its clients get it
 CLIENT = """
@@ -39,7 +40,7 @@ os._exit(0)  # an actor torn down: no atexit
 def run_client(repo_root, relay_url: str, calls: int) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB", "WF_"))}
     env.update({TRACE_RELAY_ENV: relay_url, TRACE_RELAY_TOKEN_ENV: TOKEN, "WANDB_ENTITY": "loopback-entity",
-                "PYTHONPATH": str(repo_root),
+                "PYTHONPATH": recipe_pythonpath(repo_root),
                 "WEAVE_PRINT_CALL_LINK": "false"})
     return subprocess.run([sys.executable, "-c", CLIENT, str(calls)], env=env, capture_output=True, text=True,
                           timeout=180, cwd=repo_root)

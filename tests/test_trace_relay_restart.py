@@ -22,6 +22,7 @@ import pytest
 from harness.standins.weave_http_server import API_KEY, loopback_wandb
 from recipes.trace_relay.protocol import RELAY_HEALTH_PATH
 from recipes.trace_relay.spool import Spool
+from testkit.paths import recipe_pythonpath
 from testkit.relay_process import RelayProcess
 
 pytestmark = pytest.mark.timeout(240)
@@ -86,7 +87,7 @@ def test_a_relay_that_dies_or_hangs_mid_run_is_replaced_on_its_address_and_loses
         relay = RelayProcess(tmp_path / "spool", "--max-retry-interval", "1", "--restart-delay", str(RESTART_DELAY_S),
                              "--hang-after", str(HANG_AFTER_S), WANDB_BASE_URL=wandb.url, WANDB_API_KEY=API_KEY)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB", "WF_", "WEAVE"))}
-        env.update({**relay.client_env, "WANDB_ENTITY": wandb.entity, "PYTHONPATH": str(repo_root),
+        env.update({**relay.client_env, "WANDB_ENTITY": wandb.entity, "PYTHONPATH": recipe_pythonpath(repo_root),
                     "WEAVE_PRINT_CALL_LINK": "false", "WANDB_ERROR_REPORTING": "false",
                     "WEAVE_RETRY_MAX_ATTEMPTS": "1"})  # weave's documented knob: its shortest retry window
         clients = [subprocess.Popen([sys.executable, "-c", CLIENT, f"w{n}", str(STEPS), str(CALLS_PER_STEP),

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from harness.standins.weave_http_server import API_KEY, loopback_wandb
+from testkit.paths import recipe_pythonpath
 
 WORKER = """
 import asyncio, logging, sys
@@ -42,7 +43,8 @@ def run_worker(repo_root, tmp_path, **env):
 
     model_dir = build_tiny_qwen2_model_dir(default_cache_dir() / "tiny-qwen2")
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB", "WF_"))}
-    full_env.update({"HOME": str(tmp_path), "WANDB_ERROR_REPORTING": "false", "PYTHONPATH": str(repo_root),
+    full_env.update({"HOME": str(tmp_path), "WANDB_ERROR_REPORTING": "false",
+                     "PYTHONPATH": recipe_pythonpath(repo_root),
                      "GSM8K_RECIPE_TRACE_INIT_TIMEOUT": "60", "WEAVE_USE_SERVER_CACHE": "false", **env})
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", WORKER, str(model_dir)],
