@@ -154,3 +154,72 @@ def test_the_schema_says_what_the_calculator_computes(calculator_tool):
     for expression, result in examples:
         assert calculate(expression.strip()) == result, (expression, description)
     assert "17 % 5 = 2" in description and "15% * 80 = 12" in description
+
+
+# ---- sizes are read before any number is built: a literal's digits and exponent, each operation's result ------
+
+
+@pytest.mark.parametrize("expression, answer", [
+    ("1e9999999", "Error: result too large: 1e9999999 is past 10^30"),
+    ("9.9e99999999", "Error: result too large: 9.9e99999999 is past 10^30"),
+    ("0.1e99999999-1", "Error: result too large: 0.1e99999999 is past 10^30"),
+    ("1e999999999", "Error: result too large: 1e999999999 is past 10^30"),
+    ("1e-9999999", "0"), ("1e-9999999+2", "2"), ("0.1e31", "1000000000000000000000000000000"),
+    ("1e-40*1e30", "0.0000000001"), ("1e-41*1e30", "0"), ("000.000e999999999", "0"), ("1_000.5e-3", "1.0005"),
+])
+def test_a_literal_is_sized_from_its_characters(expression, answer):
+    """Fraction("1e9999999") builds 10**9999999 before any bound is checked (7.6 s; the others here ran for
+    hours): the literal's place value is read from its digits and exponent first."""
+    try:
+        got = calculate(expression)
+    except CalcError as err:
+        got = f"Error: {err}"
+    assert got.startswith(answer) and "\n" not in got, got
+
+
+def _peak_bytes(expression: str) -> int:
+    """The most memory that evaluating `expression` held at once: building a number of d digits takes ~0.4*d
+    bytes, so this is the size of the largest number the evaluation built."""
+    import tracemalloc
+
+    calculate("1+1")  # caches (regexes, AST classes) warm: what is measured is the expression's own work
+    tracemalloc.start()
+    try:
+        try:
+            calculate(expression)
+        except CalcError:
+            pass
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize("template", ["1e{0}", "1e-{0}", "9.9e{0}", "0.1e{0}-1", "5*1e{0}", "1e{0}/1e{0}", "2**1e{0}"])
+def test_the_work_of_a_literal_does_not_grow_with_its_exponent(template):
+    """The same literal at exponents 10**4 and 10**5 (10x the digits if the number were built: 4 KB and 41 KB)
+    and 10**8: the memory held is the same."""
+    small, large = _peak_bytes(template.format("9" * 4)), _peak_bytes(template.format("9" * 5))
+    assert large < 2 * small + 8192, (template, small, large)
+    huge = _peak_bytes(template.format("9" * 8))
+    assert huge < 2 * small + 8192, (template, small, huge)
+
+
+def test_an_operation_too_big_for_its_result_is_refused_before_it_is_computed():
+    """Every value the evaluator holds is at most 10^30 with a denominator of at most 10^40, so no expression
+    reaches this bound; it holds whatever the operands, should a bound above change."""
+    from fractions import Fraction
+
+    from tools.arithmetic import MAX_RESULT_BITS, _check_result_bits
+
+    _check_result_bits(Fraction(10**100, 3), Fraction(7, 10**40))
+    big = Fraction(2 ** (MAX_RESULT_BITS // 2))
+    with pytest.raises(CalcError, match="numbers too long: the exact result could need about"):
+        _check_result_bits(big, big)
+
+
+@pytest.mark.parametrize("expression", ["1+\ud800", "\udc00", "2*\ud83d\ude00", "1\x00+1"])
+def test_text_that_is_not_text_is_a_message(expression):
+    """A JSON escape gives the model lone surrogates (`"\\ud800"`); ast.parse raised UnicodeEncodeError, which the
+    tool logged as a traceback."""
+    with pytest.raises(CalcError, match="not text|cannot parse"):
+        calculate(expression)

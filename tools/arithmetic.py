@@ -12,8 +12,11 @@ What the operators mean (tools/calculator.py's schema says the same to the model
 - A power is bounded by the size of its exact result, estimated before it is computed: `2**41` and `1.05**50` are
   computed, `10**10**10` refused at once.
 
-Bounds keep a hostile or confused model from stalling a rollout worker: expression length, AST size, the digits a
-power would need, and result magnitude are all capped before any big number is built.
+Bounds keep a hostile or confused model from stalling a rollout worker: every size is checked before the number it
+sizes is built. The expression's length and its AST's size; a literal's place value from its digits and exponent as
+written (`1e9999999` is refused, and `1e-9999999` read as 0, from the characters alone: Fraction would build
+10**9999999 first); the bits an operation's exact result can need, from its operands' sizes; the digits a power would
+need; and every result's magnitude. So the work of one evaluation does not grow with the numbers it is given.
 """
 
 from __future__ import annotations
@@ -27,7 +30,14 @@ from fractions import Fraction
 MAX_EXPRESSION_CHARS = 200
 MAX_NODES = 100
 MAX_POWER_DIGITS = 10_000  # digits of a power's exact numerator and denominator together, estimated beforehand
-MAX_ABS_VALUE = Fraction(10) ** 30  # bigger results are refused, not computed
+MAX_MAGNITUDE = 30  # results past 10**30 are refused, not computed
+MAX_ABS_VALUE = Fraction(10) ** MAX_MAGNITUDE
+MAX_DENOMINATOR = 10**40  # a finer fraction is rounded to one whose denominator is at most MAX_ROUNDED_DENOMINATOR
+MAX_ROUNDED_DENOMINATOR = 10**20
+# The bits an operation's exact result may need (its operands' numerators and denominators together bound them);
+# the same size as the largest power.
+MAX_RESULT_BITS = math.ceil(MAX_POWER_DIGITS * math.log2(10))
+MAX_EXPONENT_DIGITS = 6  # a literal's exponent with more digits decides by its sign alone: too large, or 0
 MAX_DECIMALS = 10
 
 
@@ -50,6 +60,8 @@ _UNARY = {ast.UAdd: operator.pos, ast.USub: operator.neg}
 _THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
 _WORD_OPERATORS = {"×": "*", "÷": "/", "−": "-", "^": "**"}
 _NOT_DECIMAL = re.compile(r"(?<![\w.])0[xXbBoO][0-9a-fA-F_]*")  # Python's hex, binary, octal literals
+# A decimal literal as Python's tokenizer reads it (underscores removed): digits, a fraction, an exponent.
+_DECIMAL_LITERAL = re.compile(r"(\d*)(?:\.(\d*))?(?:[eE]([+-]?)(\d+))?")
 _PERCENT_WRITTEN = "write 15% * 80 for 15 percent of 80, or 17 % 5 for the remainder of 17 divided by 5"
 
 
@@ -113,10 +125,13 @@ def evaluate(expression: str) -> Fraction:
         raise CalcError("empty expression")
     if len(expression) > MAX_EXPRESSION_CHARS:
         raise CalcError(f"expression too long ({len(expression)} characters, at most {MAX_EXPRESSION_CHARS})")
+    if not _is_text(expression):
+        raise CalcError("the expression holds a character that is not text (a lone UTF-16 surrogate): write plain "
+                        "arithmetic, e.g. \"48/2\"")
     text = _normalise(expression)
     try:
         tree = ast.parse(text, mode="eval")
-    except SyntaxError:
+    except (SyntaxError, ValueError):  # ValueError: what some Pythons raise for a null byte
         raise CalcError(f"cannot parse {expression!r}: use numbers, + - * / ** % and parentheses") from None
     if sum(1 for _ in ast.walk(tree)) > MAX_NODES:
         raise CalcError(f"expression too complex (more than {MAX_NODES} parts)")
@@ -130,6 +145,7 @@ def _eval(node: ast.AST, source: str) -> Fraction:
         left, right = _eval(node.left, source), _eval(node.right, source)
         if isinstance(node.op, _DIVISIONS) and right == 0:
             raise CalcError("division by zero")
+        _check_result_bits(left, right)
         return _bounded(_BINARY[type(node.op)](left, right))
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
         return _power(_eval(node.left, source), _eval(node.right, source))
@@ -138,17 +154,57 @@ def _eval(node: ast.AST, source: str) -> Fraction:
     raise CalcError(f"unsupported: {_describe(node)}; only numbers, + - * / // ** % and parentheses are allowed")
 
 
+def _is_text(expression: str) -> bool:
+    try:
+        expression.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _literal(node: ast.Constant, source: str) -> Fraction:
-    """A number exactly as written: 0.1 is 1/10, not the binary float, and 1e309 is 10**309, not infinity."""
-    if isinstance(node.value, int):
+    """A number exactly as written: 0.1 is 1/10, not the binary float, and 1e309 is 10**309, not infinity. Its size
+    is read from its characters before any number is built from them: one past 10**MAX_MAGNITUDE is refused, and one
+    below 1/MAX_DENOMINATOR is 0 (what _bounded makes of it; results are shown to 10 decimals anyway)."""
+    if isinstance(node.value, int):  # Python built it from at most MAX_EXPRESSION_CHARS digits
         return Fraction(node.value)
     written = (ast.get_source_segment(source, node) or "").replace("_", "")
-    try:
-        return Fraction(written)
-    except ValueError:
-        if not math.isfinite(node.value):
-            raise CalcError("result too large") from None
-        return Fraction(str(node.value))
+    parts = _DECIMAL_LITERAL.fullmatch(written)
+    if not parts or not (parts.group(1) or parts.group(2)):
+        raise CalcError(f"cannot read the number {written!r}: write it in decimal, e.g. 1.5 or 2e3")
+    whole, fraction, sign, exponent = parts.group(1), parts.group(2) or "", parts.group(3) or "", parts.group(4) or "0"
+    digits = whole + fraction
+    significant = digits.lstrip("0")
+    if not significant:
+        return Fraction(0)
+    exponent = exponent.lstrip("0") or "0"
+    if len(exponent) > MAX_EXPONENT_DIGITS:  # no digit count can bring it back: decided by its sign
+        if sign == "-":
+            return Fraction(0)
+        raise CalcError(f"result too large: {_shown(written)} is past 10^{MAX_MAGNITUDE}, the largest number the "
+                        "calculator works with")
+    # the power of ten of the leading digit: the value is in [10**lead, 10**(lead + 1))
+    lead = int(sign + exponent) + len(whole) - 1 - (len(digits) - len(significant))
+    if lead >= MAX_MAGNITUDE + 1:
+        raise CalcError(f"result too large: {_shown(written)} is past 10^{MAX_MAGNITUDE}, the largest number the "
+                        "calculator works with")
+    if lead < -math.log10(MAX_DENOMINATOR):
+        return Fraction(0)
+    return Fraction(written)  # its exponent is within a few hundred now
+
+
+def _shown(written: str) -> str:
+    return written if len(written) <= 40 else f"{written[:20]}...{written[-12:]}"
+
+
+def _check_result_bits(left: Fraction, right: Fraction) -> None:
+    """Refuse an operation whose exact result could need more than MAX_RESULT_BITS, before it is computed: the
+    numerator and denominator of a sum, difference, product, quotient or remainder need at most the bits of the
+    operands' four parts together (plus a carry)."""
+    bits = sum(n.bit_length() for n in (left.numerator, left.denominator, right.numerator, right.denominator))
+    if bits > MAX_RESULT_BITS:
+        raise CalcError(f"numbers too long: the exact result could need about {bits * math.log10(2):.0f} digits (at "
+                        f"most {MAX_POWER_DIGITS})")
 
 
 def _power(base: Fraction, exponent: Fraction) -> Fraction:
@@ -170,9 +226,9 @@ def _power(base: Fraction, exponent: Fraction) -> Fraction:
 
 def _bounded(value: Fraction) -> Fraction:
     if abs(value) > MAX_ABS_VALUE:
-        raise CalcError("result too large")
-    if value.denominator > 10**40:  # tiny fractions from repeated division: keep numbers printable
-        value = value.limit_denominator(10**20)
+        raise CalcError(f"result too large: past 10^{MAX_MAGNITUDE}, the largest number the calculator works with")
+    if value.denominator > MAX_DENOMINATOR:  # tiny fractions from repeated division: keep numbers printable
+        value = value.limit_denominator(MAX_ROUNDED_DENOMINATOR)
     return value
 
 
