@@ -93,12 +93,24 @@ def test_calculator_tool_answers_with_text_and_metrics(calculator_tool, paramete
     assert response.text.startswith(text) and reward == 0.0 and got_metrics == metrics
 
 
-def test_calculator_tool_survives_its_own_bugs(calculator_tool, monkeypatch):
-    import tools.calculator as module
-
-    monkeypatch.setattr(module, "calculate", lambda e: 1 / 0)  # an unexpected exception inside the tool
+@pytest.mark.parametrize("work, text", [
+    ("divide_by_zero", "Error: could not evaluate (ZeroDivisionError)"),
+    ("exit_at_once", "Error: could not evaluate (the work process exited (exit code 3))"),
+    ("allocate_past_the_limit", "Error: could not evaluate (MemoryError)"),
+])
+def test_calculator_tool_survives_its_own_bugs(calculator_tool, monkeypatch, work, text):
+    """A bug of the evaluation (tests/testkit/pool_work.py), in its work process: the model gets a message and the
+    next call a working process."""
+    monkeypatch.setattr(calculator_tool, "WORK", f"testkit.pool_work:{work}")
     response, _, metrics = _call(calculator_tool, {"expression": "1+1"})
-    assert response.text == "Error: could not evaluate (ZeroDivisionError)" and metrics["error"] == "internal"
+    assert response.text == text and metrics["error"] == "internal"
+    monkeypatch.undo()
+    assert _call(calculator_tool, {"expression": "1+1"})[0].text == "2"
+
+
+def test_what_the_work_prints_is_not_its_answer(calculator_tool, monkeypatch):
+    monkeypatch.setattr(calculator_tool, "WORK", "testkit.pool_work:print_then_answer")
+    assert _call(calculator_tool, {"expression": "1+1"})[0].text == "42"
 
 
 # ---- what `%`, powers, other bases and huge literals mean (the tool's schema says the same) --------------------

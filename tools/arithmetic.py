@@ -118,13 +118,18 @@ def _operand_start(text: str, end: int) -> int | None:
     return j if j < i else None
 
 
-def evaluate(expression: str) -> Fraction:
+def check_size(expression: object) -> None:
+    """What can be refused without reading the expression: not a string, empty, too long."""
     if not isinstance(expression, str):
         raise CalcError("the expression must be a string, e.g. \"48/2\"")
     if not expression.strip():
         raise CalcError("empty expression")
     if len(expression) > MAX_EXPRESSION_CHARS:
         raise CalcError(f"expression too long ({len(expression)} characters, at most {MAX_EXPRESSION_CHARS})")
+
+
+def evaluate(expression: str) -> Fraction:
+    check_size(expression)
     if not _is_text(expression):
         raise CalcError("the expression holds a character that is not text (a lone UTF-16 surrogate): write plain "
                         "arithmetic, e.g. \"48/2\"")

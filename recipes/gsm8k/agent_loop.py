@@ -14,7 +14,10 @@ trajectory, the loop
   messages (system, user, assistant with its tool calls, tool results, ...).
 
 Each tool call is bounded in time (recipes/gsm8k/tool_timeout.py): a call that never returns ends its trajectory,
-scored 0 and counted (`tool_timeouts`), instead of holding the whole step.
+scored 0 and counted (`tool_timeouts`), instead of holding the whole step. Whatever raises while the trajectory
+runs (a tool, the parser, the tokenizer, verl's message merging) ends it the same way, from the state verl had
+built (recipes/gsm8k/failures.py: `trajectory_errors`, `error_reason`). What the model wrote is made valid text
+before verl answers it or tokenizes it: the parser's calls (whichever parser is configured) and the tools' answers.
 
 Importing it also registers the recipe's tool-call parser (recipes/gsm8k/tool_parser.py: a malformed call gets verl's
 own "Invalid JSON" answer instead of silently ending the trajectory) in every worker that builds it.
@@ -29,11 +32,19 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
 from verl.experimental.agent_loop.tool_agent_loop import ToolAgentLoop
 from verl.utils.rollout_trace import rollout_trace_op
 
-import recipes.gsm8k.tool_parser  # noqa: F401  registers multi_turn.format=hermes_with_feedback in this worker
-from recipes.gsm8k.reward_keys import ACC, PRED, TOOL_CALLS
+from recipes.gsm8k.failures import ERROR_REASON, TRAJECTORY_ERRORS, ended_output, log_failure
+from recipes.gsm8k.reward_keys import ACC, PRED, SCORE, TOOL_CALLS
 from recipes.gsm8k.score import score_trajectory
+from recipes.gsm8k.tool_parser import ValidTextCalls  # importing it registers format=hermes_with_feedback here
 from recipes.gsm8k.tool_timeout import TOOL_TIMEOUTS, BoundedToolCalls
-from recipes.gsm8k.trajectory import chat_messages, count_tool_errors, final_answer, model_text, split_turns
+from recipes.gsm8k.trajectory import (
+    chat_messages,
+    count_tool_errors,
+    final_answer,
+    model_text,
+    split_turns,
+    valid_text,
+)
 from recipes.tracing.shaping import ROLLOUT_SUMMARY, install_text_only_tracer, tracing_this_call
 
 logger = logging.getLogger(__name__)
@@ -44,20 +55,39 @@ class ScoredToolAgentLoop(BoundedToolCalls, ToolAgentLoop):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         install_text_only_tracer(self.tokenizer)
+        self.tool_parser = ValidTextCalls(self.tool_parser)
+        self.agent_data = None  # verl's state of this trajectory (local to its run): what an ended one hands back
+
+    async def _handle_pending_state(self, agent_data, sampling_params):
+        self.agent_data = agent_data
+        return await super()._handle_pending_state(agent_data, sampling_params)
+
+    async def _call_tool(self, tool_call, tools_kwargs, agent_data):
+        response, reward, metrics = await super()._call_tool(tool_call, tools_kwargs, agent_data)
+        if response.text:  # any tool's answer, before verl tokenizes it
+            response = response.model_copy(update={"text": valid_text(response.text)})
+        return response, reward, metrics
 
     @rollout_trace_op
     async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
-        # ToolAgentLoop.run is itself traced; call the undecorated body so each trajectory has one root.
-        output = await ToolAgentLoop.run.__wrapped__(self, sampling_params, **kwargs)
+        error = ""
+        try:
+            # ToolAgentLoop.run is itself traced; call the undecorated body so each trajectory has one root.
+            output = await ToolAgentLoop.run.__wrapped__(self, sampling_params, **kwargs)
+        except Exception as err:  # this trajectory ends here, from what verl had built; the step goes on
+            error = log_failure(err, "in the agent loop")
+            output = ended_output(self.agent_data, self, kwargs.get("raw_prompt"))
         turns = split_turns(output.response_ids, output.response_mask,
                             lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True))
         output.reward_score, extra, seconds = await score_trajectory(
             self.config, kwargs, output.extra_fields, output.num_turns, model_text(turns))
-        extra[TOOL_TIMEOUTS] = self.tool_timeouts  # every trajectory has every key (verl batches them)
-        if self.tool_timeouts:  # the answer, if any, came after a tool that never did: not trained on as earned
+        # every trajectory has every key (verl batches them)
+        extra[TOOL_TIMEOUTS] = self.tool_timeouts
+        extra[TRAJECTORY_ERRORS], extra[ERROR_REASON] = int(bool(error)), error
+        if self.tool_timeouts or error:  # the answer, if any, was not earned by a trajectory that ran to its end
             output.reward_score = 0.0
-            if "score" in extra:
-                extra["score"] = 0.0
+            if SCORE in extra:
+                extra[SCORE] = 0.0
         output.extra_fields[REWARD_EXTRA_INFO] = extra
         output.metrics.compute_score = seconds  # verl's agent_loop/compute_score timing
         if tracing_this_call():  # to the trace root only: the output must not depend on tracing (batch columns)
@@ -81,7 +111,9 @@ class ScoredToolAgentLoop(BoundedToolCalls, ToolAgentLoop):
                 "ground_truth": (kwargs.get("reward_model") or {}).get("ground_truth"),
                 "final_answer": final_answer(messages), "num_turns": output.num_turns,
                 "num_tool_results": sum(m["role"] == "tool" for m in messages),
-                "num_tool_errors": count_tool_errors(tool_text), "messages": messages}
+                "num_tool_errors": count_tool_errors(tool_text), **({"error": extra[ERROR_REASON]}
+                                                                    if extra.get(ERROR_REASON) else {}),
+                "messages": messages}
 
 
 class NoToolsAgentLoop(ScoredToolAgentLoop):

@@ -54,16 +54,24 @@ def as_score(result: Any) -> tuple[float, dict]:
     return float(result), {ACC: result}
 
 
+class RewardFunctionError(RuntimeError):
+    """The configured reward function raised: the run ends (what ends one trajectory does not catch it)."""
+
+
 async def score_trajectory(config, kwargs: dict, loop_extra_fields: dict, num_turns: int,
                            model_text: str) -> tuple[float, dict, float]:
     """(score, extra info, seconds) of one trajectory. A reward function that raises ends the run, as in verl:
-    a training reward must never be silently replaced."""
+    a training reward must never be silently replaced (its errors are the setup's: a data_source no dataset
+    declares, a bad reward_kwargs; the recipe's own reward reads any text without raising)."""
     fn = reward_fn(config)
     inputs = reward_inputs(kwargs, loop_extra_fields, num_turns, model_text)
     start = time.perf_counter()
-    if inspect.iscoroutinefunction(fn):
-        result = await fn(**inputs)
-    else:
-        result = await asyncio.get_running_loop().run_in_executor(None, lambda: fn(**inputs))
-    score, extra = as_score(result)
+    try:
+        if inspect.iscoroutinefunction(fn):
+            result = await fn(**inputs)
+        else:
+            result = await asyncio.get_running_loop().run_in_executor(None, lambda: fn(**inputs))
+        score, extra = as_score(result)
+    except Exception as err:
+        raise RewardFunctionError(f"the reward function raised {type(err).__name__}: {err}") from err
     return score, extra, time.perf_counter() - start

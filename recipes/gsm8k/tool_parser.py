@@ -10,6 +10,9 @@ turn limits, length budget and response masks.
 Registered under that name in verl's ToolParser registry when this module is imported. Workers import it
 through the recipe's agent loop (config/agent_loop.yaml -> recipes.gsm8k.agent_loop), and the recipe config
 selects it with actor_rollout_ref.rollout.multi_turn.format=hermes_with_feedback.
+
+`ValidTextCalls` wraps whichever parser the config selects (verl's own included): what it returns is valid text
+(recipes.gsm8k.trajectory.valid_text) before verl answers it, tokenizes it or puts it in a message.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from verl.experimental.agent_loop.tool_parser import FunctionCall, HermesToolPar
 from verl.utils.ray_utils import get_event_loop
 from verl.utils.rollout_trace import rollout_trace_op
 
-from recipes.gsm8k.trajectory import read_tool_call, tool_call_bodies, without_tool_calls
+from recipes.gsm8k.trajectory import read_tool_call, tool_call_bodies, valid_text, without_tool_calls
 
 PARSER_NAME = "hermes_with_feedback"
 
@@ -45,3 +48,21 @@ class HermesWithFeedbackToolParser(HermesToolParser):
         for token in tokens:
             body = body.replace(token, "")
         return body
+
+
+class ValidTextCalls:
+    """A tool parser whose content and calls are valid text: verl's hermes parser loads a call's JSON as is, so
+    `{"name": "\\ud800", ...}` became a call of a tool named by a lone surrogate, which raised when verl tokenized
+    its "Unknown function" answer. Everything else is the wrapped parser's (stop tokens, start token, ...)."""
+
+    def __init__(self, parser: ToolParser) -> None:
+        self.parser = parser
+
+    async def extract_tool_calls(self, responses_ids, tools=None) -> tuple[str, list[FunctionCall]]:
+        content, calls = await self.parser.extract_tool_calls(responses_ids, tools)
+        return valid_text(content), [call.model_copy(update={"name": valid_text(call.name),
+                                                             "arguments": valid_text(call.arguments)})
+                                     for call in calls]
+
+    def __getattr__(self, name: str):
+        return getattr(self.parser, name)

@@ -169,12 +169,34 @@ def load_json(text: str) -> object | None:
         return None
 
 
+def valid_text(value: object) -> object:
+    """`value` with every lone UTF-16 surrogate replaced by U+FFFD, in strings, dict keys and lists at any depth.
+
+    What a model writes reaches us decoded from tokens, always valid text; but a JSON escape in it (`"\\ud800"`,
+    or a pair split by other text) decodes to a lone surrogate, which no tokenizer, encoder or JSON writer with
+    `ensure_ascii=False` accepts: verl answered `Unknown function '\\ud800'` and tokenizing that answer raised out of
+    the agent loop. A well-formed pair stays the character it encodes."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+        return value
+    if isinstance(value, dict):
+        return {valid_text(k): valid_text(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [valid_text(v) for v in value]
+    return value
+
+
 def read_tool_call(body: str) -> tuple[str, str]:
-    """One <tool_call> body as (name, arguments as a JSON string). A body that is not a readable call keeps
-    arguments no JSON loader accepts (the raw body, "" for JSON without "arguments", or UNREADABLE_ARGUMENTS for
-    a body json.loads could not fail on cleanly), so the agent loop answers it with verl's "Invalid JSON ..." /
-    "Unknown function ..." instead of dropping it or raising."""
+    """One <tool_call> body as (name, arguments as a JSON string), both valid text (`valid_text`). A body that is
+    not a readable call keeps arguments no JSON loader accepts (the raw body, "" for JSON without "arguments", or
+    UNREADABLE_ARGUMENTS for a body json.loads could not fail on cleanly), so the agent loop answers it with verl's
+    "Invalid JSON ..." / "Unknown function ..." instead of dropping it or raising."""
     call = load_json(body)
+    if "\\u" in body:  # only a \u escape decodes to a surrogate: text decoded from tokens is valid already
+        call = valid_text(call)
     if isinstance(call, dict) and isinstance(call.get("name"), str) and "arguments" in call:
         return call["name"], json.dumps(call["arguments"], ensure_ascii=False)
     if isinstance(call, dict):  # valid JSON, but not {"name": ..., "arguments": ...}

@@ -15,14 +15,17 @@ which, in each worker process:
   split gives it this step (`groups_on_worker`), so fewer groups than workers still trace whole groups,
 - flushes weave at the end of every generate_sequences (bounded, off the event loop): Ray async actors never
   run atexit, so calls still queued when training ends would otherwise be lost.
-The manager adds the tool calls that ran past their bound (recipes/gsm8k/tool_timeout.py) to verl's agent-loop
-metrics: `timing_s/agent_loop/tool_timeouts/{sum,max}` in the step's metrics (verl files its agent-loop counts there
-too).
+A trajectory that raises outside the agent loop's own `run` (verl's trace wrapper of it, the worker's
+post-processing) ends with the prompt alone, scored 0 (recipes/gsm8k/failures.py), instead of failing the step.
+The manager adds the tool calls that ran past their bound (recipes/gsm8k/tool_timeout.py) and the trajectories that
+ended in an error to verl's agent-loop metrics: `timing_s/agent_loop/{tool_timeouts,trajectory_errors}/{sum,max}`
+in the step's metrics (verl files its agent-loop counts there too), and names the errors in one console line.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 
@@ -32,6 +35,9 @@ from omegaconf import OmegaConf
 from verl.experimental.agent_loop.agent_loop import AgentLoopManager, AgentLoopWorker
 from verl.protocol import DataProto
 
+from recipes.gsm8k.agent_loop import REWARD_EXTRA_INFO
+from recipes.gsm8k.failures import ERROR_REASON, TRAJECTORY_ERRORS, log_failure, prompt_only_output
+from recipes.gsm8k.score import RewardFunctionError, score_trajectory
 from recipes.gsm8k.tool_timeout import TOOL_TIMEOUTS
 from recipes.trace_relay.client import use_trace_relay
 from recipes.tracing.flush import TraceFlusher
@@ -66,6 +72,26 @@ class TracedAgentLoopWorker(AgentLoopWorker):
         return output
 
     async def _run_agent_loop(self, sampling_params, trajectory, *, agent_name, trace=True, **kwargs):
+        try:
+            return await self._run_traced(sampling_params, trajectory, agent_name=agent_name, trace=trace, **kwargs)
+        except RewardFunctionError:
+            raise
+        except Exception as err:  # this trajectory only: the step goes on
+            reason = log_failure(err, "around the agent loop")
+            return await self._ended(trajectory, reason, kwargs)
+
+    async def _ended(self, trajectory: dict, reason: str, kwargs: dict):
+        """The prompt alone, scored 0 with every reward extra key the configured reward gives (its verdict on no
+        text), as verl's post-processing pads any trajectory."""
+        output = prompt_only_output(self.tokenizer, kwargs["raw_prompt"], self.rollout_config)
+        _, extra, _ = await score_trajectory(self.config, kwargs, output.extra_fields, output.num_turns, "")
+        extra.update({"score": 0.0} if "score" in extra else {})
+        extra.update({TOOL_TIMEOUTS: 0, TRAJECTORY_ERRORS: 1, ERROR_REASON: reason})
+        output.reward_score = 0.0
+        output.extra_fields[REWARD_EXTRA_INFO] = extra
+        return await self._agent_loop_postprocess(output, trajectory["validate"], **kwargs)
+
+    async def _run_traced(self, sampling_params, trajectory, *, agent_name, trace, **kwargs):
         member = group_member(trajectory, kwargs.get("uid"), trace)
         if member is None:
             return await super()._run_agent_loop(sampling_params, trajectory, agent_name=agent_name, trace=trace,
@@ -107,9 +133,30 @@ class TracedAgentLoopManager(AgentLoopManager):
                                    for slot, worker in enumerate(self.agent_loop_workers)])
 
     def _performance_metrics(self, metrics, output: DataProto) -> dict[str, float]:
+        """verl's agent-loop timings of the step, with the recipe's counts; the step's errors named (verl calls this
+        once per generate_sequences, with the whole step's batch)."""
         timing = super()._performance_metrics(metrics, output)
-        timeouts = output.non_tensor_batch.get(TOOL_TIMEOUTS)
-        if timeouts is not None and len(timeouts):
-            timing[f"agent_loop/{TOOL_TIMEOUTS}/sum"] = float(np.sum(timeouts))
-            timing[f"agent_loop/{TOOL_TIMEOUTS}/max"] = float(np.max(timeouts))
+        for key in (TOOL_TIMEOUTS, TRAJECTORY_ERRORS):
+            counts = output.non_tensor_batch.get(key)
+            if counts is not None and len(counts):
+                timing[f"agent_loop/{key}/sum"] = float(np.sum(counts))
+                timing[f"agent_loop/{key}/max"] = float(np.max(counts))
+        report_errors(output.non_tensor_batch.get(ERROR_REASON), len(output))
         return timing
+
+
+def report_errors(reasons, trajectories: int) -> None:
+    """One console line for a step with trajectories that ended in an error, their reasons counted; a step whose
+    every trajectory did fails, with them."""
+    reasons = [str(r) for r in (reasons if reasons is not None else ()) if r]
+    if not reasons:
+        return
+    counted = collections.Counter(reasons).most_common()
+    named = "; ".join(f"{reason} (x{count})" for reason, count in counted[:5])
+    more = f"; and {len(counted) - 5} other reasons" if len(counted) > 5 else ""
+    if len(reasons) == trajectories:
+        raise RuntimeError(f"every trajectory of this step ({trajectories}) ended in an error, so nothing could be "
+                           f"learned from it: {named}{more}. This is the setup's (the tokenizer, the rollout server, "
+                           "a tool), not the policy's: see the workers' first traceback of each")
+    logger.warning("%d of %d trajectories of this step ended in an error and score 0: %s%s", len(reasons),
+                   trajectories, named, more)
