@@ -11,9 +11,10 @@ every GPU idle. verl has no tool timeout to set (its `rollout.server.timeout` is
 call past it is abandoned (cancelled, never awaited again: a tool that ignores the cancel cannot hold the loop
 either) and answered with an error the model sees; the trajectory ends after that turn and is scored 0; the count,
 TOOL_TIMEOUTS, is one of the trajectory's reward extra keys (rollout and validation dumps, verl's validation
-metrics) and the agent-loop manager sums it into the step's metrics (recipes/gsm8k/worker.py). A tool that
-blocks the event loop itself (a synchronous call inside `async def execute`) cannot be bounded from inside the
-loop: the launcher's progress watchdog (recipes/watchdog/) catches that one.
+metrics) and the agent-loop manager sums it into the step's metrics (recipes/gsm8k/worker.py). A tool whose work
+is CPU-bound runs it in a work process (tools/process_pool.py, as the calculator does): the cancel kills that
+process. A tool that blocks the event loop itself (a synchronous call inside `async def execute`) cannot be bounded
+from inside the loop: the launcher's progress watchdog (recipes/watchdog/) catches that one.
 """
 
 from __future__ import annotations
