@@ -1,5 +1,6 @@
-"""Benchmark: calculator latency per call, through the tool's `execute` (what the agent loop pays) and the
-pure evaluator, over GSM8K's own `<<expr=result>>` expressions.
+"""Benchmark: calculator latency per call, through the tool's `execute` (what the agent loop pays: the evaluation
+runs in a work process, tools/process_pool.py, so this includes the pipe's round trip) and the pure evaluator in
+this process, over GSM8K's own `<<expr=result>>` expressions.
 
     python scripts/bench_calculator.py [--calls 5000] [--input_dir DIR]
     python scripts/bench_calculator.py --quick      # 200 calls: that it runs (CI), not a figure to record
@@ -7,7 +8,7 @@ pure evaluator, over GSM8K's own `<<expr=result>>` expressions.
 The expressions come from DIR's train.jsonl (GSM8K's own file), by default from the GSM8K sample that ships with
 the data prep (data_prep/gsm8k_sample), repeated to --calls; the source is printed.
 
-Target: p99 <= 1 ms per call. Last line: `RESULT calculator_p99_ms=<p99 of execute>`.
+Target: p99 <= 1 ms per call. Last line: `RESULT calculator_p99_ms=<p99 of execute> calculator_median_ms=<its median>`.
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
               f"p99 {percentile(times, 0.99):.4f} ms, max {max(times):.4f} ms")
     p99 = percentile(tool, 0.99)
     print(f"p99 {'within' if p99 <= TARGET_MS else 'OVER'} the {TARGET_MS} ms target")
-    print(f"RESULT calculator_p99_ms={p99:.4f}")
+    print(f"RESULT calculator_p99_ms={p99:.4f} calculator_median_ms={statistics.median(tool):.4f}")
     return 0
 
 

@@ -15,7 +15,7 @@ from recipes.constants import REPO_ROOT
 RESULT = re.compile(r"^RESULT(?: \w+=[-0-9.,]+)+$")
 # bench -> the names its RESULT line gives, in order
 NAMES = {
-    "bench_calculator.py": ["calculator_p99_ms"],
+    "bench_calculator.py": ["calculator_p99_ms", "calculator_median_ms"],
     "bench_data_prep.py": ["data_prep_seconds"],
     "bench_trace.py": ["trace_ms_per_call", "untraced_ms_per_call", "verl_default_ms_per_call"],
     "bench_reward_workers.py": ["reward_workers", "reward_workers_rss_mb", "reward_workers_pss_mb",
