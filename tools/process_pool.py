@@ -166,9 +166,9 @@ class KillablePool:
             self.busy += 1
             try:
                 return _Child(self.target, self.refusals)
-            except BaseException:
+            except OSError as err:  # no process to be had (a process limit, no memory): this call fails, not the loop
                 self.busy -= 1
-                raise
+                raise WorkFailed(f"no work process could be started: {err}") from None
         waiter = asyncio.get_running_loop().create_future()
         self.waiting.append(waiter)
         try:

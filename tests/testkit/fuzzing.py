@@ -31,24 +31,24 @@ def fuzz_minutes() -> float:
 def fuzz(examples: int):
     """For a @given property: `examples` examples from a fixed seed in the suite; with FUZZ_MINUTES, random ones in
     batches until its share of the budget is spent."""
+    minutes = fuzz_minutes()
+    batch = max(examples * 10, 200)
 
     def decorate(prop):
         _PROPERTIES.append(prop)
+        configured = settings(max_examples=batch if minutes else examples, derandomize=not minutes, database=None,
+                              deadline=None, suppress_health_check=_QUIET)(prop)
 
         @functools.wraps(prop)
         def run(*args, **kwargs):
-            minutes = fuzz_minutes()
             if not minutes:
-                settings(max_examples=examples, derandomize=True, database=None, deadline=None,
-                         suppress_health_check=_QUIET)(prop)(*args, **kwargs)
+                configured(*args, **kwargs)
                 return
-            until = time.monotonic() + minutes * 60 / len(_PROPERTIES)
-            batches = 0
-            while time.monotonic() < until:
-                settings(max_examples=max(examples * 10, 200), derandomize=False, database=None, deadline=None,
-                         suppress_health_check=_QUIET)(prop)(*args, **kwargs)
+            until, batches = time.monotonic() + minutes * 60 / len(_PROPERTIES), 0
+            while time.monotonic() < until:  # each batch from a fresh random seed
+                configured(*args, **kwargs)
                 batches += 1
-            print(f"[fuzz] {prop.__name__}: {batches} batches of {max(examples * 10, 200)} random examples")
+            print(f"[fuzz] {prop.__name__}: {batches} batches of {batch} random examples")
 
         return run
 
