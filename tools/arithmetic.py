@@ -25,6 +25,7 @@ import ast
 import math
 import operator
 import re
+import warnings
 from fractions import Fraction
 
 MAX_EXPRESSION_CHARS = 200
@@ -135,7 +136,9 @@ def evaluate(expression: str) -> Fraction:
                         "arithmetic, e.g. \"48/2\"")
     text = _normalise(expression)
     try:
-        tree = ast.parse(text, mode="eval")
+        with warnings.catch_warnings():  # "1if 2": Python's warning about the model's text is not ours to log
+            warnings.simplefilter("ignore", SyntaxWarning)
+            tree = ast.parse(text, mode="eval")
     except (SyntaxError, ValueError):  # ValueError: what some Pythons raise for a null byte
         raise CalcError(f"cannot parse {expression!r}: use numbers, + - * / ** % and parentheses") from None
     if sum(1 for _ in ast.walk(tree)) > MAX_NODES:
