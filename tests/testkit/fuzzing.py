@@ -85,11 +85,19 @@ def _as_written(value: object, ascii_only: bool) -> str:
     return text
 
 
+@functools.cache
+def _tool_names() -> list[str]:
+    """The recipe's tool names, from their schemas (a policy calls them most)."""
+    from tools.calculator import CalculatorTool
+    from tools.gsm8k_reward_tool import Gsm8kRewardTool
+    return [tool.SCHEMA.function.name for tool in (CalculatorTool, Gsm8kRewardTool)]
+
+
 @st.composite
 def call_bodies(draw) -> str:
     """A <tool_call> body: a JSON call (any name, any arguments, the calculator's often), maybe cut short, or not
     JSON at all."""
-    name = draw(st.sampled_from(["calculator", "calc_gsm8k_reward", "python"]) | st.text(any_code_point, max_size=8)
+    name = draw(st.sampled_from([*_tool_names(), "python"]) | st.text(any_code_point, max_size=8)
                 | json_values)
     arguments = draw(st.fixed_dictionaries({"expression": expressions}) | json_values)
     text = _as_written({"name": name, "arguments": arguments}, draw(st.booleans()))
