@@ -27,15 +27,23 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from recipes.launch.knobs import Knobs
+from recipes.private_files import Folder, why_untrusted
 from recipes.trace_relay.keeper import HANG_AFTER_S, RelayKeeper
 from recipes.trace_relay.names import TRACE_RELAY_ENV, TRACE_RELAY_TOKEN_ENV, run_key
 from recipes.trace_relay.on_ray import NodeSummary, RelaySettings, spool_summary
 
-# Where each node keeps its traces when the run spans a cluster and TRACE_SPOOL is not set: a node's own disk
-# that outlives the run (/var/tmp survives a reboot, unlike /tmp on many systems, and is not Ray's session dir,
-# which Ray deletes), one folder per experiment; each node's relay uses <this>/<node>.
-CLUSTER_SPOOL_BASE = "/var/tmp/gsm8k_recipe_traces"
+# Where a node keeps its traces when TRACE_SPOOL is not set (on one node: when OUTPUT_DIR is not a folder only the
+# run's user can write): a node's own disk that outlives the run (/var/tmp survives a reboot, unlike /tmp on many
+# systems, and is not Ray's session dir, which Ray deletes), in a folder of the user's own (user_spool_base: named
+# for the uid, made 0700; one that another user made first is refused), one folder per experiment; on a cluster
+# each node's relay uses <that>/<node>.
+SPOOL_PARENT = "/var/tmp"
 LOCAL_READY_TIMEOUT_S = 120.0
+
+
+def user_spool_base() -> str:
+    """The user's own folder for trace spools on a node's disk."""
+    return f"{SPOOL_PARENT}/gsm8k_recipe_traces-{os.geteuid()}"
 
 
 class RelayStartError(RuntimeError):
@@ -75,11 +83,12 @@ def relay_plan(knobs: Knobs, config, cluster: bool, environ: dict[str, str]) -> 
     traced = OmegaConf.select(config, "actor_rollout_ref.rollout.trace.backend") == "weave"
     if knobs.trace_relay == "off" or not traced:
         return None
+    own = f"{user_spool_base()}/{knobs.experiment_name}"
     if cluster:
-        spool = knobs.trace_spool or f"{CLUSTER_SPOOL_BASE}/{knobs.experiment_name}"
+        spool = knobs.trace_spool or own
         log = None
-    else:
-        spool = knobs.trace_spool or f"{knobs.output_dir}/trace_spool"
+    else:  # beside the run's outputs, unless another user could write there (the relay sends a spool with the key)
+        spool = knobs.trace_spool or (own if why_untrusted(knobs.output_dir) else f"{knobs.output_dir}/trace_spool")
         log = f"{knobs.output_dir}/trace_relay.log"
     return RelayPlan(cluster=cluster, spool=spool, offline=knobs.traces_kept_offline,
                      entity=environ.get("WANDB_ENTITY") if knobs.traces_kept_offline else None, log=log,
@@ -105,20 +114,19 @@ class LocalRelay(Relays):
     def __init__(self, plan: RelayPlan) -> None:
         self.plan = plan
         self.token = new_token()
-        Path(plan.spool).parent.mkdir(parents=True, exist_ok=True)
-        if plan.log:
-            Path(plan.log).parent.mkdir(parents=True, exist_ok=True)
         self.keeper = RelayKeeper(plan.settings().relay_argv(Path(plan.spool)), log=plan.log,
                                   hang_after_s=plan.hang_after_s, env={TRACE_RELAY_TOKEN_ENV: self.token})
 
     def start(self, ready_timeout_s: float = LOCAL_READY_TIMEOUT_S) -> LocalRelay:
         try:
             self.keeper.start()
+        except PermissionError as err:  # its log: a link, another user's file (recipes/private_files.py)
+            raise RelayStartError(f"the trace relay's log: {err}") from err
         except OSError as err:
             raise RelayStartError(f"the trace relay cannot listen on 127.0.0.1: {err}") from err
         if not self.keeper.wait_ready(ready_timeout_s):
+            tail = self.keeper.log_tail(3)
             self.keeper.stop(30)
-            tail = Path(self.plan.log).read_text(errors="replace").splitlines()[-3:] if self.plan.log else []
             raise RelayStartError("the trace relay did not start (log: {}):\n{}\nTRACE_RELAY=off sends traces "
                                   "straight to W&B instead".format(self.plan.log, "\n".join(tail)))
         self.env = {TRACE_RELAY_ENV: self.keeper.url, TRACE_RELAY_TOKEN_ENV: self.token}
@@ -168,8 +176,5 @@ def say_summaries(summaries: list[NodeSummary], output_dir: str | None = None, o
     for summary in summaries:
         print(f"[traces] {summary.line()}", file=out or sys.stderr, flush=True)
     if output_dir:
-        path = Path(output_dir) / SUMMARY_FILE
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(json.dumps({"nodes": [asdict(summary) for summary in summaries]}, indent=1))
-        os.replace(tmp, path)
+        with Folder.open(output_dir, create=True) as folder:  # never through a link planted there
+            folder.write(SUMMARY_FILE, json.dumps({"nodes": [asdict(summary) for summary in summaries]}, indent=1))

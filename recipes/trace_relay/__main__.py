@@ -162,9 +162,10 @@ def _serve(args) -> int:
         print(f"error: trace relay not started: {err}", file=sys.stderr)
         return NOT_STARTED_EXIT
     if args.url_file:  # the URL only: the token never goes into a file
-        tmp = args.url_file.with_name(args.url_file.name + ".tmp")
-        tmp.write_text(relay.url + "\n")
-        os.replace(tmp, args.url_file)
+        from recipes.private_files import Folder
+
+        with Folder.open(args.url_file.parent) as folder:
+            folder.write(args.url_file.name, relay.url + "\n")
     target = "offline: kept on disk only" if upstream is None else f"forwarding to {upstream.base_url}"
     print(f"trace relay: {relay.url} (spool {args.spool}, {target})", flush=True)
 
@@ -179,7 +180,11 @@ def _serve(args) -> int:
 def _status(args) -> int:
     from recipes.trace_relay.spool import Spool
 
-    spool = Spool(args.spool)
+    try:
+        spool = Spool(args.spool)
+    except OSError as err:  # e.g. a spool in a folder others can write
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     rejected = args.spool / "rejected.spool"
     print(f"{args.spool}: {spool.sent_count} records sent ({spool.sent_bytes} bytes), {spool.pending_count} pending"
           + (f", rejected records in {rejected}" if rejected.exists() else ""))

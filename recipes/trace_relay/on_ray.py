@@ -31,9 +31,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from recipes.private_files import Folder
 from recipes.trace_relay.keeper import HANG_AFTER_S, RelayKeeper
 from recipes.trace_relay.names import KEEPER_ANSWER_S, NAMESPACE, TRACE_RELAY_TOKEN_ENV, keeper_name, node_label
-from recipes.trace_relay.spool import open_private, private_dir
 
 logger = logging.getLogger(__name__)
 
@@ -113,15 +113,22 @@ class NodeRelayKeeper:
         node_id = context.get_node_id()
         ip = ray.util.get_node_ip_address()
         self.node = node_label(node_id, ip)
-        self.spool = private_dir(Path(settings.spool_base) / self.node)
-        state = self.spool / STATE_FILE
-        previous = _read_json(state)
+        self.spool = Path(settings.spool_base) / self.node
+        self.token = settings.token
+        self.refused: str | None = None  # why this node runs no relay (a spool folder the run cannot trust)
+        self.keeper: RelayKeeper | None = None
+        try:  # the node's spool folder, trusted (recipes/private_files.py): its own files are reached from it
+            self.folder = Folder.trusted(self.spool, create=True, what="the trace spool")
+        except OSError as err:
+            self.refused = str(err)
+            logger.error("trace relay keeper on %s: no relay: %s", self.node, err)
+            return
+        previous = _read_json(self.folder, STATE_FILE)
         port = previous["port"] if previous.get("run") == run else 0  # Ray started this keeper again: same URL
         log = self.spool / "relay.log"
-        _log_to_file(log)
+        _log_to_file(self.folder, log.name)
         self.keeper = RelayKeeper(settings.relay_argv(self.spool), port=port, log=log,
                                   hang_after_s=settings.hang_after_s, env={TRACE_RELAY_TOKEN_ENV: settings.token})
-        self.token = settings.token
         try:
             self.keeper.start()
         except OSError:
@@ -131,26 +138,34 @@ class NodeRelayKeeper:
                          "relay's address", port, self.node)
             self.keeper.port = 0
             self.keeper.start()
-        _write_json(state, {"run": run, "port": self.keeper.port, "pid": os.getpid()})
+        self.folder.write(STATE_FILE, json.dumps({"run": run, "port": self.keeper.port, "pid": os.getpid()}))
         self.drain_timeout_s = settings.drain_timeout_s
         logger.info("trace relay keeper on %s: %s, spool %s", self.node, self.keeper.url, self.spool)
 
     def url(self) -> str:
-        return self.keeper.url
+        return self.keeper.url if self.keeper else ""
 
     def connection(self) -> tuple[str, str]:
         """What a worker of this node needs to trace through its relay: the URL and the run's token."""
-        return self.keeper.url, self.token
+        return (self.keeper.url, self.token) if self.keeper else ("", "")
 
     def wait_ready(self, timeout_s: float) -> bool:
-        return self.keeper.wait_ready(timeout_s)
+        return self.keeper is not None and self.keeper.wait_ready(timeout_s)
+
+    def refusal(self) -> str | None:
+        return self.refused
 
     def status(self) -> dict:
+        if self.keeper is None:
+            return {"node": self.node, "url": "", "relay_pid": None, "keeper_pid": os.getpid(), "replaced": 0,
+                    "hangs": 0, "spool": str(self.spool), "ended": True}
         return {"node": self.node, "url": self.keeper.url, "relay_pid": self.keeper.relay_pid,
                 "keeper_pid": os.getpid(), "replaced": self.keeper.replaced, "hangs": self.keeper.hangs,
                 "spool": str(self.spool), "ended": self.keeper.ended.is_set()}
 
     def stop(self) -> dict:
+        if self.keeper is None:
+            return asdict(NodeSummary(node=self.node, spool=str(self.spool), sent=0, pending=0, error=self.refused))
         status = self.keeper.stop(self.drain_timeout_s + 60)
         return asdict(spool_summary(self.node, self.spool, self.keeper, status))
 
@@ -173,12 +188,23 @@ class ClusterRelays:
         new = self.ensure_every_node()
         deadline = time.monotonic() + ready_timeout_s
         silent = [node for node in new if not self._answers(node, deadline)]
+        refusals = sorted({why for why in map(self._refusal, silent) if why})
+        if refusals:
+            raise RuntimeError(f"no trace relay on {len(silent)} node(s): {'; '.join(refusals)}")
         if silent:
             raise RuntimeError(f"no trace relay answered within {ready_timeout_s:.0f} s on node(s) {silent}; see "
                                f"relay.log in their spool folders under {self.settings.spool_base}")
         self._watcher = threading.Thread(target=self._watch, name="relay-keepers", daemon=True)
         self._watcher.start()
         return self
+
+    def _refusal(self, node: str) -> str | None:
+        import ray
+
+        try:
+            return ray.get(self.keepers[node].refusal.remote(), timeout=KEEPER_ANSWER_S)
+        except Exception:  # a keeper that cannot say: the generic line says where to look
+            return None
 
     def _answers(self, node: str, deadline: float) -> bool:
         """Whether the node's keeper has a relay that answers before `deadline`. A keeper whose process died while
@@ -262,18 +288,11 @@ class ClusterRelays:
         return summaries
 
 
-def _read_json(path: Path) -> dict:
+def _read_json(folder: Folder, name: str) -> dict:
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
+        return json.loads(folder.read_own(name) or b"{}")
+    except ValueError:
         return {}
-
-
-def _write_json(path: Path, value: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with os.fdopen(open_private(tmp, os.O_WRONLY | os.O_TRUNC), "w") as handle:
-        handle.write(json.dumps(value))
-    os.replace(tmp, path)
 
 
 def _log_to_stderr() -> None:
@@ -282,9 +301,8 @@ def _log_to_stderr() -> None:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
 
 
-def _log_to_file(path: Path) -> None:
+def _log_to_file(folder: Folder, name: str) -> None:
     """The keeper's lines (replacements) go to the relay's log on the node too, beside what the relay says."""
-    os.close(open_private(path, os.O_WRONLY | os.O_APPEND))  # created private before the handler opens it
-    handler = logging.FileHandler(path)
+    handler = logging.StreamHandler(os.fdopen(folder.open_file(name, os.O_WRONLY | os.O_APPEND), "a"))
     handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
     logging.getLogger("recipes.trace_relay").addHandler(handler)

@@ -10,8 +10,11 @@ whole record before the client hears 503 (it sends the record again), and a disk
 takes no new record: whatever was acknowledged stays readable. The directory can be copied to another machine and
 sent from there.
 
-Private to its user, whatever the umask: the folders 0700, every file 0600 (traces hold prompts and answers). A spool
-folder that exists but belongs to another user, or is a symbolic link, is refused (a shared /var/tmp).
+Private to its user, whatever the umask: the folders 0700, every file 0600 (traces hold prompts and answers). The
+relay sends what a spool holds with its owner's W&B key, so a spool is only ever a trusted folder
+(recipes/private_files.py): it and every folder above it belong to this user or root and no one else can write them
+(a sticky /var/tmp above aside). Its files are reached from the folder's descriptor, never by path again, and never
+through a link: another user can neither plant a record in it nor swap it for a folder of theirs while a relay runs.
 """
 
 from __future__ import annotations
@@ -19,16 +22,15 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import stat
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from recipes.private_files import Folder
 from recipes.trace_relay.limits import MIN_FREE_BYTES
 
 SEGMENT_BYTES = 64 * 1024 * 1024
-PRIVATE_DIR, PRIVATE_FILE = 0o700, 0o600
 
 
 @dataclass(frozen=True, order=True)
@@ -86,38 +88,18 @@ class SpoolRefused(OSError):
     sends it again."""
 
 
-def private_dir(path: Path) -> Path:
-    """`path` as a folder of this user's only (created if missing, parents as usual); OSError if it is someone
-    else's or a symbolic link."""
-    path.mkdir(parents=True, exist_ok=True)
-    info = os.lstat(path)
-    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
-        raise PermissionError(f"{path} is not a folder of this user's (a link, or another user's): choose another "
-                              "TRACE_SPOOL")
-    if stat.S_IMODE(info.st_mode) != PRIVATE_DIR:
-        os.chmod(path, PRIVATE_DIR)
-    return path
-
-
-def open_private(path: Path, flags: int) -> int:
-    """A file descriptor on `path`, created 0600 whatever the umask (an existing file made 0600 too)."""
-    fd = os.open(path, flags | os.O_CREAT | os.O_CLOEXEC, PRIVATE_FILE)
-    try:
-        os.fchmod(fd, PRIVATE_FILE)
-    except OSError:
-        os.close(fd)
-        raise
-    return fd
-
-
 class Spool:
+    """`root`: a trusted folder (made 0700 with its missing parents); Untrusted, one line, for any other."""
+
     def __init__(self, root: str | os.PathLike, segment_bytes: int = SEGMENT_BYTES,
                  min_free_bytes: int = MIN_FREE_BYTES) -> None:
         self.root = Path(root)
-        self.segments_dir = self.root / "segments"
-        if not self.segments_dir.is_dir():
-            private_dir(self.root)
-            private_dir(self.segments_dir)
+        self.folder = Folder.trusted(self.root, create=True, what="the trace spool")
+        try:
+            self.segments = self.folder.folder("segments", create=True)
+        except BaseException:
+            self.folder.close()
+            raise
         self.segment_bytes = segment_bytes
         self.min_free_bytes = min_free_bytes
         self._lock = threading.Lock()
@@ -132,16 +114,20 @@ class Spool:
         self._writer: int | None = None  # the segment being appended to (a file descriptor)
         self._torn_at: int | None = None  # where a failed append must be cut back to, if cutting failed too
 
+    @property
+    def segments_dir(self) -> Path:
+        return self.root / "segments"
+
     # --- ownership ---------------------------------------------------------------------------------
     def acquire(self, wait_s: float = 0.0) -> Spool:
         """Become the one process that appends to and sends from this spool, waiting up to `wait_s` for one that
-        is exiting (a relay being replaced) to let go of it. Makes the spool private (an older one may not be)."""
-        private_dir(self.root)
-        private_dir(self.segments_dir)
-        for path in [*self.root.iterdir(), *self.segments_dir.iterdir()]:
-            if path.is_file() and not path.is_symlink() and stat.S_IMODE(path.stat().st_mode) != PRIVATE_FILE:
-                os.chmod(path, PRIVATE_FILE)
-        handle = os.fdopen(open_private(self.root / "lock", os.O_RDWR | os.O_APPEND), "a+")
+        is exiting (a relay being replaced) to let go of it. Every file must be a plain file of this user's (made
+        0600 if an older spool's is not)."""
+        for folder in (self.folder, self.segments):
+            for name in folder.names():
+                if not name.startswith(".") and name != "segments":
+                    os.close(folder.open_file(name, os.O_RDWR, create=False))  # Untrusted: a link, another's
+        handle = os.fdopen(self.folder.open_file("lock", os.O_RDWR | os.O_APPEND), "a+")
         deadline = time.monotonic() + wait_s
         while True:
             try:
@@ -167,19 +153,23 @@ class Spool:
     def _cut_torn_tail(self) -> None:
         """Drop the bytes of a record torn by a crash (never acknowledged), so appends continue after the last
         whole record instead of behind an unreadable one."""
-        path = self._segment_path(self._segment)
-        if not path.exists():
+        name = self._segment_name(self._segment)
+        try:
+            fd = self.segments.open_file(name, os.O_RDWR, create=False)
+        except FileNotFoundError:
             return
-        start = Position(self._segment, self.sent_position.offset if self._segment == self.sent_position.segment
-                         else 0)
-        end = start.offset
-        for record in self._scan(start, with_bodies=False):
-            if record.end.segment == self._segment:
-                end = record.end.offset
-        if path.stat().st_size > end:
-            with open(path, "r+b") as handle:
-                handle.truncate(end)
-                os.fsync(handle.fileno())
+        try:
+            start = Position(self._segment, self.sent_position.offset if self._segment == self.sent_position.segment
+                             else 0)
+            end = start.offset
+            for record in self._scan(start, with_bodies=False):
+                if record.end.segment == self._segment:
+                    end = record.end.offset
+            if os.fstat(fd).st_size > end:
+                os.ftruncate(fd, end)
+                os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def close(self) -> None:
         with self._lock:
@@ -194,6 +184,8 @@ class Spool:
         if self._lock_file is not None:
             self._lock_file.close()  # releases the flock
             self._lock_file = None
+        self.segments.close()
+        self.folder.close()
 
     # --- writing -----------------------------------------------------------------------------------
     def append(self, record: Record) -> None:
@@ -224,7 +216,7 @@ class Spool:
     def _check_room(self, size: int) -> None:
         if self._torn_at is not None:  # a failed append still to cut back: nothing goes after it before that
             self._cut_back()
-        info = os.statvfs(self.segments_dir)
+        info = os.fstatvfs(self.segments.fd)
         free = info.f_bavail * info.f_frsize
         if free - size < self.min_free_bytes:
             raise SpoolRefused(f"trace spool {self.root}: {free / 1e9:.2f} GB free, under the "
@@ -242,20 +234,16 @@ class Spool:
 
     def _open_writer(self) -> int:
         if self._writer is None:
-            path = self._segment_path(self._segment)
-            new = not path.exists()
-            self._writer = open_private(path, os.O_WRONLY | os.O_APPEND)
+            name = self._segment_name(self._segment)
+            new = name not in self.segments.names()
+            self._writer = self.segments.open_file(name, os.O_WRONLY | os.O_APPEND)
             if new:  # make the new file's directory entry durable too
-                dir_fd = os.open(self.segments_dir, os.O_RDONLY)
-                try:
-                    os.fsync(dir_fd)
-                finally:
-                    os.close(dir_fd)
+                self.segments.fsync()
         return self._writer
 
     def keep_rejected(self, record: Record) -> None:
         """Set a record W&B will never take beside the spool (rejected.spool), durably."""
-        fd = open_private(self.root / "rejected.spool", os.O_WRONLY | os.O_APPEND)
+        fd = self.folder.open_file("rejected.spool", os.O_WRONLY | os.O_APPEND)
         with os.fdopen(fd, "ab") as handle:
             handle.write(record.header_line() + record.body + b"\n")
             handle.flush()
@@ -289,20 +277,23 @@ class Spool:
             self.sent_count += len(records)
             self.sent_bytes += sent_bytes
             self.pending_count -= len(records)
-            _write_json_atomically(self.root / "checkpoint.json", {
+            self.folder.write("checkpoint.json", json.dumps({
                 "segment": self.sent_position.segment, "offset": self.sent_position.offset, "sent": self.sent_count,
-                "sent_bytes": self.sent_bytes})
+                "sent_bytes": self.sent_bytes}))
             for number in self._segment_numbers():
                 if number < self.sent_position.segment:
-                    self._segment_path(number).unlink(missing_ok=True)
+                    self.segments.unlink(self._segment_name(number))
 
     def _scan(self, start: Position, with_bodies: bool):
         for number in self._segment_numbers():
             if number < start.segment:
                 continue
             offset = start.offset if number == start.segment else 0
-            path = self._segment_path(number)
-            with open(path, "rb") as handle:
+            try:
+                fd = self.segments.open_file(self._segment_name(number), os.O_RDONLY, create=False)
+            except FileNotFoundError:  # sent and deleted meanwhile
+                continue
+            with os.fdopen(fd, "rb") as handle:
                 handle.seek(offset)
                 while True:
                     line = handle.readline()
@@ -325,50 +316,43 @@ class Spool:
                     yield Record(body=body, end=Position(number, handle.tell()), **header)
 
     # --- files ------------------------------------------------------------------------------------
-    def _segment_path(self, number: int) -> Path:
-        return self.segments_dir / f"{number:08d}.spool"
+    @staticmethod
+    def _segment_name(number: int) -> str:
+        return f"{number:08d}.spool"
 
     def _segment_numbers(self) -> list[int]:
-        return sorted(int(p.stem) for p in self.segments_dir.glob("*.spool") if p.stem.isdigit())
+        return sorted(int(name[:-6]) for name in self.segments.names()
+                      if name.endswith(".spool") and name[:-6].isdigit())
 
     def _read_checkpoint(self) -> dict:
-        path = self.root / "checkpoint.json"
-        if path.is_file():
-            return json.loads(path.read_text())
-        return {"segment": 1, "offset": 0, "sent": 0}
+        kept = self.read_json("checkpoint.json")
+        return kept if kept is not None else {"segment": 1, "offset": 0, "sent": 0}
 
     def read_json(self, name: str) -> dict | None:
-        path = self.root / name
+        data = self.folder.read_own(name)
         try:
-            return json.loads(path.read_text()) if path.is_file() else None
+            return json.loads(data) if data is not None else None
         except ValueError:
             return None
 
     def write_json(self, name: str, value: dict) -> None:
-        _write_json_atomically(self.root / name, value)
-
-
-def _write_json_atomically(path: Path, value: dict) -> None:
-    # a temporary file of this thread's own: the relay's request threads remember W&B's answers at the same time
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    with os.fdopen(open_private(tmp, os.O_WRONLY | os.O_TRUNC), "w") as handle:
-        json.dump(value, handle)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+        self.folder.write(name, json.dumps(value))
 
 
 def rejected_count(root: str | os.PathLike) -> int:
     """Records W&B refused for good, kept in ROOT/rejected.spool (one header line, the body, a newline each)."""
-    path = Path(root) / "rejected.spool"
-    count = 0
-    if path.is_file():
-        with open(path, "rb") as handle:
-            while line := handle.readline():
-                try:
-                    length = json.loads(line)["length"]
-                except (ValueError, KeyError):
-                    break
-                handle.seek(length + 1, os.SEEK_CUR)
-                count += 1
+    try:
+        with Folder.trusted(root, what="the trace spool") as folder:
+            data = folder.read_own("rejected.spool") or b""
+    except FileNotFoundError:
+        return 0
+    count, offset = 0, 0
+    while offset < len(data):
+        end = data.find(b"\n", offset)
+        try:
+            length = json.loads(data[offset:end])["length"]
+        except (ValueError, KeyError):
+            break
+        offset = end + 1 + length + 1
+        count += 1
     return count
