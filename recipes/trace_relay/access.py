@@ -3,7 +3,9 @@
 The relay sends what it forwards to W&B with its owner's key, so it must not be anyone's way in. A client proves it is
 one of the run's processes with the token the launcher made for this launch (a random secret handed to the relays and
 the workers; recipes/launch/relays.py): weave sends it as its API key, in `Authorization: Basic api:<token>` (or
-`Bearer <token>`), and it is compared in constant time. Only the health probe needs none.
+`Bearer <token>`), and it is compared in constant time, from the request's headers, before any body is read: the
+health probe presents it too. (Before that, a process of another user of the node never got a connection:
+recipes/trace_relay/http.py.)
 
 With the token, a client may still make only what weave's client sends for tracing (its code in site-packages:
 weave/trace_server_bindings/remote_http_trace_server.py and weave/vendor/weave_server_sdk/resources/, the GraphQL of
@@ -12,7 +14,9 @@ weave/compat/wandb/wandb_thin/internal_api.py): the trace writes the relay keeps
 as weave writes them (its project and viewer queries, server info, and the UpsertModel mutation that creates the
 project). Everything else (deletes, other mutations, other routes and methods) is refused: 401 without the token,
 403 with it. A route's entity and project must be plain path segments, so nothing a client writes can turn the URL the
-relay builds toward another host or another route (upstream.Upstream.trace_url).
+relay builds toward another host or another route (upstream.Upstream.trace_url). A GraphQL request is sent on as it
+was checked (weave_graphql), and JSON with a key twice is refused (protocol.strict_loads): what the relay judged is
+what W&B reads.
 """
 
 from __future__ import annotations
@@ -20,7 +24,6 @@ from __future__ import annotations
 import base64
 import binascii
 import hmac
-import json
 import re
 from urllib.parse import unquote
 
@@ -85,15 +88,26 @@ def safe_route(route: str) -> bool:
     return v2 is not None and safe_segment(v2["entity"]) and safe_segment(v2["project"])
 
 
-def weave_graphql(body: bytes) -> bool:
-    """Whether a GraphQL request is one of the documents weave's client sends, as it writes them (variables free)."""
+GRAPHQL_KEYS = frozenset({"query", "variables", "operationName"})  # what a GraphQL request over HTTP holds
+
+
+def weave_graphql(body: bytes) -> bytes | None:
+    """The request to send W&B if this GraphQL request is one of the documents weave's client sends, as it writes them
+    (variables free), else None. What is sent is what was checked, encoded again: no key twice, no key but the three
+    of a GraphQL request (a server that reads keys in any case would otherwise find a second `QUERY`)."""
     from graphql import GraphQLError, parse, print_ast
 
     try:
-        query = json.loads(body).get("query")
-        return isinstance(query, str) and print_ast(parse(query)) in _documents()
-    except (ValueError, AttributeError, TypeError, GraphQLError, RecursionError):
-        return False
+        request = protocol.strict_loads(body)
+        query = request["query"]
+        if set(request) - GRAPHQL_KEYS or not isinstance(query, str) or print_ast(parse(query)) not in _documents():
+            return None
+        if not isinstance(request.get("variables") or {}, dict) or not isinstance(request.get("operationName", ""),
+                                                                                   str | None):
+            return None
+        return protocol.encode(request)
+    except (ValueError, KeyError, AttributeError, TypeError, GraphQLError, RecursionError):
+        return None
 
 
 def _documents() -> frozenset[str]:

@@ -8,11 +8,12 @@ import os
 import time
 from typing import Any
 
+from recipes.trace_relay.keeper import relay_answers
+
 # the launcher's relay URL and the launch's token (one node: in the environment)
 from recipes.trace_relay.names import (
     KEEPER_ANSWER_S,
     NAMESPACE,
-    RELAY_HEALTH_PATH,
     TRACE_RELAY_ENV,
     TRACE_RELAY_TOKEN_ENV,
     WORKER_WAIT_S,
@@ -45,7 +46,7 @@ def use_trace_relay(config: Any = None) -> str | None:
         logger.warning("Trace relay %s came without the run's token (%s): tracing straight to W&B instead.", url,
                        TRACE_RELAY_TOKEN_ENV)
         return None
-    if not _relay_answers(url):
+    if not relay_answers(url, token, timeout_s=5.0):
         logger.warning("Trace relay %s does not answer from this process's node: tracing straight to W&B "
                        "instead (traces made while W&B is unreachable may be lost).", url)
         return None
@@ -98,17 +99,6 @@ def _node_relay(config: Any) -> tuple[str, str] | None:
     except Exception as err:  # never fail a worker over tracing
         logger.warning("Looking up this node's trace relay failed: %s: %s", type(err).__name__, err)
         return None
-
-
-def _relay_answers(url: str, timeout_s: float = 5.0) -> bool:
-    import json
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(url + RELAY_HEALTH_PATH, timeout=timeout_s) as answer:
-            return json.load(answer).get("trace_relay") is True
-    except (OSError, ValueError, AttributeError):
-        return False
 
 
 def node_relay(run: str, wait_s: float = WORKER_WAIT_S) -> tuple[str, str] | None:

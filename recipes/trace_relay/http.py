@@ -6,6 +6,9 @@ keep-alive connection, so a client sees what it sees when a server goes away (co
 not a half-alive server still answering on pooled connections.
 
 What a client gets before its app sees anything:
+- with `only_uid` (the relay: its own uid), a connection from a process of another user of this machine is closed as
+  it is accepted, before a slot, a thread or a byte is spent on it: the kernel says whose the client's socket is
+  (recipes/trace_relay/peers.py); a client on another machine (only with a non-loopback address) is left to the app;
 - a request target that is not a path on this server (`@host/x`, `http://host/x`, `//host`): 400;
 - the app's `admit(request)` (optional), asked with the method, path and headers before any body is read: its
   answer, if it gives one (the relay refuses a client without the run's token, or a route weave never uses);
@@ -29,6 +32,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
 from recipes.trace_relay.limits import Limits
+from recipes.trace_relay.peers import is_local, peer_uid
 
 _LENGTH = re.compile(r"[0-9]{1,15}")
 _REAP_EVERY_S = 0.25
@@ -149,9 +153,10 @@ class _Server(ThreadingHTTPServer):
     request_queue_size = 128
 
     def __init__(self, address: tuple[str, int], app: App, limits: Limits,
-                 listening: socket.socket | None = None) -> None:
+                 listening: socket.socket | None = None, only_uid: int | None = None) -> None:
         self.app = app
         self.limits = limits
+        self.only_uid = only_uid
         self._connections: set[socket.socket] = set()  # accepted and being served (one thread each)
         self._deadlines: dict[socket.socket, float] = {}  # connections in the middle of receiving a request
         self._lock = threading.Lock()
@@ -162,6 +167,21 @@ class _Server(ThreadingHTTPServer):
             self.socket = listening
             self.server_address = listening.getsockname()
         threading.Thread(target=self._reap, name="http-deadlines", daemon=True).start()
+
+    def verify_request(self, request: socket.socket, client_address) -> bool:
+        """In the accepting thread, before anything else: a client of this machine must be `only_uid`'s. A refused
+        connection is closed by the caller (socketserver), with no answer: it cost one lookup."""
+        if self.only_uid is None:
+            return True
+        try:
+            uid = peer_uid(request)
+        except OSError:  # the client left already, or the kernel cannot say: no one to serve
+            uid = None
+        if uid == self.only_uid or (uid is None and not is_local(client_address[0])):
+            return True
+        self.report(403, "a connection from another user of this machine (or one gone before it was looked up)",
+                    None)
+        return False
 
     def process_request(self, request: socket.socket, client_address) -> None:
         with self._lock:
@@ -240,11 +260,14 @@ def _shut(conn: socket.socket) -> None:
 
 class LoopbackHTTPServer:
     """Serves `app` on host:port (port 0: an ephemeral one, kept across restarts), or on `listening`, a socket
-    already bound and listening (used by the first start only), holding each client to `limits`."""
+    already bound and listening (used by the first start only), holding each client to `limits`; with `only_uid`,
+    to the processes of that user of this machine (and clients on other machines, left to the app)."""
 
     def __init__(self, app: App, host: str = "127.0.0.1", port: int = 0,
-                 listening: socket.socket | None = None, limits: Limits | None = None) -> None:
+                 listening: socket.socket | None = None, limits: Limits | None = None,
+                 only_uid: int | None = None) -> None:
         self.app = app
+        self.only_uid = only_uid
         self.host = host
         self.port = port
         self.limits = limits or Limits()
@@ -263,7 +286,7 @@ class LoopbackHTTPServer:
     def start(self) -> LoopbackHTTPServer:
         if self._server is None:
             listening, self._listening = self._listening, None
-            self._server = _Server((self.host, self.port), self.app, self.limits, listening)
+            self._server = _Server((self.host, self.port), self.app, self.limits, listening, self.only_uid)
             self.port = self._server.server_address[1]
             self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.1},
                                             name=f"http-{self.port}", daemon=True)

@@ -21,7 +21,7 @@ status is the keeper's.
 
 Used in three places: `python -m recipes.trace_relay serve` (supervise(), below), the launcher for the node it runs
 on (recipes/launch/relays.py), and one Ray actor per node of a cluster (recipes/trace_relay/on_ray.py). Only the
-standard library here (and the spool's file helpers): a keeper never imports weave.
+standard library here (and recipes/private_files.py): a keeper never imports weave.
 """
 
 from __future__ import annotations
@@ -38,9 +38,9 @@ import time
 import urllib.request
 from pathlib import Path
 
+from recipes.private_files import Folder
 from recipes.signals import wait_for_event
-from recipes.trace_relay.names import RELAY_HEALTH_PATH
-from recipes.trace_relay.spool import open_private
+from recipes.trace_relay.names import RELAY_HEALTH_PATH, TRACE_RELAY_TOKEN_ENV
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +57,9 @@ _RECIPES_ROOT = str(Path(__file__).resolve().parents[2])  # so the relay imports
 
 
 class RelayKeeper:
-    """Holds host:port and keeps `python -m recipes.trace_relay serve *relay_argv --listen-fd FD` serving it."""
+    """Holds host:port and keeps `python -m recipes.trace_relay serve *relay_argv --listen-fd FD` serving it. `log`:
+    the relays' output, opened once at start (never through a link, a file of this user's) and handed to each relay;
+    `env`: added to each relay's environment, where the run's token travels (the keeper's health probe presents it)."""
 
     def __init__(self, relay_argv: list[str], host: str = "127.0.0.1", port: int = 0, *, log: Path | None = None,
                  max_restarts: int = 5, first_delay_s: float = 1.0, hang_after_s: float = HANG_AFTER_S,
@@ -65,8 +67,10 @@ class RelayKeeper:
                  env: dict[str, str] | None = None) -> None:
         self.relay_argv = list(relay_argv)
         self.env = dict(env or {})  # added to each relay's environment: the run's token, never on a command line
+        self.token = self.env.get(TRACE_RELAY_TOKEN_ENV) or os.environ.get(TRACE_RELAY_TOKEN_ENV, "")
         self.host, self.port = host, port
         self.log = Path(log) if log else None
+        self._log_fd: int | None = None
         self.max_restarts, self.first_delay_s = max_restarts, first_delay_s
         self.hang_after_s, self.probe_every_s, self.startup_grace_s = hang_after_s, probe_every_s, startup_grace_s
         self.replaced = 0  # relays started again after one died or stopped answering
@@ -90,7 +94,11 @@ class RelayKeeper:
         return relay.pid if relay is not None and relay.poll() is None else None
 
     def start(self) -> RelayKeeper:
-        """Bind the address (OSError if it cannot) and start the first relay in the background."""
+        """Open the log, bind the address (OSError if it cannot: Untrusted for a log that is a link or another
+        user's file) and start the first relay in the background."""
+        if self.log is not None and self._log_fd is None:
+            with Folder.open(self.log.parent, create=True) as folder:
+                self._log_fd = folder.open_file(self.log.name, os.O_RDWR | os.O_APPEND)
         self._listening = socket.create_server((self.host, self.port), backlog=BACKLOG)  # SO_REUSEADDR
         self.port = self._listening.getsockname()[1]
         # the relays start from this thread: Linux sends a relay its parent-death signal when this thread ends
@@ -116,7 +124,17 @@ class RelayKeeper:
                 relay.send_signal(signal.SIGTERM)
         if self._thread is not None:
             self._thread.join(timeout_s)
+        if self._log_fd is not None and self.ended.is_set():
+            os.close(self._log_fd)
+            self._log_fd = None
         return GAVE_UP_EXIT if self.status is None else self.status
+
+    def log_tail(self, lines: int = 3) -> list[str]:
+        """The last lines the relays wrote to the log (read from the keeper's own descriptor, until its stop)."""
+        if self._log_fd is None:
+            return []
+        size = os.fstat(self._log_fd).st_size
+        return os.pread(self._log_fd, 8192, max(0, size - 8192)).decode(errors="replace").splitlines()[-lines:]
 
     # --- the keeper's thread ------------------------------------------------------------------------
     def _keep(self) -> None:
@@ -167,16 +185,11 @@ class RelayKeeper:
         fd = self._listening.fileno()
         env = {**os.environ, **self.env, "PYTHONPATH": os.pathsep.join(filter(None, [_RECIPES_ROOT,
                                                                                      os.environ.get("PYTHONPATH")]))}
-        # the relay holds its own copy; closed below
-        out = os.fdopen(open_private(self.log, os.O_WRONLY | os.O_APPEND), "ab") if self.log else None
-        try:
-            # its own session: a Ctrl-C meant for training never reaches it before the workers' last flush
-            relay = subprocess.Popen([sys.executable, "-m", RELAY_MODULE, "serve", *self.relay_argv,
-                                      "--listen-fd", str(fd)], pass_fds=(fd,), env=env, stdout=out,
-                                     stderr=subprocess.STDOUT if out else None, start_new_session=True)
-        finally:
-            if out:
-                out.close()
+        out = self._log_fd  # the relay gets its own copy of the keeper's descriptor
+        # its own session: a Ctrl-C meant for training never reaches it before the workers' last flush
+        relay = subprocess.Popen([sys.executable, "-m", RELAY_MODULE, "serve", *self.relay_argv,
+                                  "--listen-fd", str(fd)], pass_fds=(fd,), env=env, stdout=out,
+                                 stderr=subprocess.STDOUT if out is not None else None, start_new_session=True)
         with self._lock:
             self._relay = relay
             if self._stopping.is_set():  # a stop that came while Popen ran could not reach this relay
@@ -201,11 +214,17 @@ class RelayKeeper:
         return None
 
     def _answers(self, timeout_s: float) -> bool:
-        try:
-            with urllib.request.urlopen(self.url + RELAY_HEALTH_PATH, timeout=timeout_s) as answer:
-                return json.load(answer).get("trace_relay") is True
-        except (OSError, ValueError, AttributeError):
-            return False
+        return relay_answers(self.url, self.token, timeout_s)
+
+
+def relay_answers(url: str, token: str, timeout_s: float) -> bool:
+    """Whether the relay at `url` answers its health route to a client presenting the run's `token`."""
+    probe = urllib.request.Request(url + RELAY_HEALTH_PATH, headers={"Authorization": f"Bearer {token}"})
+    try:
+        with urllib.request.urlopen(probe, timeout=timeout_s) as answer:
+            return json.load(answer).get("trace_relay") is True
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def process_state(pid: int) -> str:

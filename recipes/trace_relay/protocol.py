@@ -41,6 +41,21 @@ V2_CALL_WRITE = re.compile(r"/v2/(?P<entity>[^/]+)/(?P<project>[^/]+)/(?P<what>c
 CALLS_COMPLETE = re.compile(r"/v2/[^/]+/[^/]+/calls/complete")
 
 
+def strict_loads(body: bytes | str):
+    """JSON as json.loads reads it, but ValueError for an object with a key twice (`"\\u0071uery"` is `"query"`):
+    json.loads keeps the last, another reader may keep the first, and what the relay checks must be what W&B reads."""
+    return json.loads(body, object_pairs_hook=_unique_keys)
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict:
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        seen: set[str] = set()
+        twice = next(key for key, _ in pairs if key in seen or seen.add(key))
+        raise ValueError(f"the key {twice[:100]!r} appears twice in one object")
+    return value
+
+
 def trace_route(path: str) -> str:
     """The trace-server route of a request path: no query string, no `/traces` mount prefix."""
     path = path.split("?", 1)[0]
@@ -71,7 +86,7 @@ def answer_write(route: str, content_type: str, body: bytes, ref_converter=None)
         digest = weave_digest.compute_file_digest(fields.get("file", b""))
         return LocalAnswer({"digest": digest}, body, _text(fields.get("project_id")), digest)
 
-    req = json.loads(body) if body else {}
+    req = strict_loads(body) if body else {}
     v2 = V2_CALL_WRITE.fullmatch(route)
     if v2:
         project_id = f"{v2['entity']}/{v2['project']}"
@@ -162,8 +177,12 @@ def answer_graphql(body: bytes, entity: str | None, username: str | None) -> dic
 def multipart_fields(content_type: str, body: bytes) -> dict[str, bytes]:
     message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
         b"Content-Type: " + content_type.encode() + b"\r\n\r\n" + body)
-    return {part.get_param("name", header="content-disposition"): part.get_payload(decode=True) or b""
-            for part in message.iter_parts()}
+    pairs = [(part.get_param("name", header="content-disposition"), part.get_payload(decode=True) or b"")
+             for part in message.iter_parts()]
+    fields = dict(pairs)
+    if len(fields) != len(pairs):
+        raise ValueError("a form field appears twice")
+    return fields
 
 
 def _with_id(start: dict) -> dict:

@@ -13,6 +13,7 @@ unreachable. What one client may cost (body size, time, connections, disk): reci
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections import Counter
@@ -54,7 +55,8 @@ class TraceRelay:
         self.repeats = RepeatFilter.seeded(self.spool.iter_newest_segment())
         self._write_lock = threading.Lock()  # a repeat is recognised only once the first copy is durable
         # listening: a socket bound by a supervisor
-        self.http = LoopbackHTTPServer(self, host, port, listening, limits or Limits())
+        # only this user's processes (the run's), checked as each connection is accepted (http.py)
+        self.http = LoopbackHTTPServer(self, host, port, listening, limits or Limits(), only_uid=os.geteuid())
         self.refusals: Counter[str] = Counter()  # reason -> requests refused for it
         self._refusals_lock = threading.Lock()
         self._stop = threading.Event()
@@ -95,10 +97,8 @@ class TraceRelay:
 
     # --- HTTP ---------------------------------------------------------------------------------------
     def admit(self, request: Request) -> Response | None:
-        """Before a body is read: the run's clients only (but for the health probe), for what weave's client makes."""
+        """Before a body is read: the run's clients only (the health probe too), for what weave's client makes."""
         kind = access.kind_of(request.method, request.path)
-        if kind == "health":
-            return None
         if not access.token_matches(request.headers.get("authorization"), self.token):
             return self._refuse(401, "no token, or not the run's", request,
                                 {"WWW-Authenticate": 'Basic realm="trace relay"'})
@@ -126,14 +126,20 @@ class TraceRelay:
         if kind == "health":
             return Response.json({"trace_relay": True, "offline": self.upstream is None})
         if kind == "graphql":
-            if not access.weave_graphql(request.body):
-                return self._refuse(403, "a GraphQL request weave.init does not send", request)
+            checked = access.weave_graphql(request.body)
+            if checked is None:
+                return self._refuse(403, "a GraphQL request weave.init does not send (or a key twice)", request)
+            request.body = checked  # what W&B gets is what was checked
             return self._init_request(request, self._local_graphql)
         if kind == "server_info":
             return self._init_request(request, self._local_server_info)
         if kind == "write":
             return self._spool_write(route, request)
         if kind == "read":
+            try:
+                protocol.strict_loads(request.body or b"{}")
+            except (ValueError, RecursionError) as err:
+                return self._refuse(400, f"a read whose body is not JSON with each key once ({err})"[:200], request)
             return self._pass_through(route, request)
         return self._refuse(403, "not a request weave's client makes (route or method)", request)
 

@@ -34,9 +34,11 @@ _UPSERT_PROJECT = ("mutation UpsertModel($name: String!, $entity: String!) { ups
                    "entityName: $entity }) { model { name } } }")
 
 
-# the client's auth is replaced by the relay's; hop-by-hop and transport headers belong to each connection
-_NOT_FORWARDED = frozenset({"authorization", "host", "content-length", "connection", "keep-alive", "transfer-encoding",
-                            "te", "upgrade", "accept-encoding", "proxy-authorization", "proxy-connection"})
+# the only headers of a client's that reach W&B: what weave's client sends and W&B reads
+# (weave/trace_server_bindings/remote_http_trace_server.py, http_utils.py); the auth is the relay's own, transport
+# headers are each connection's, and anything else (a method override, cookies, forwarding headers) stays here
+FORWARDED_HEADERS = frozenset({"content-type", "accept", "user-agent", "x-weave-client-capabilities",
+                               "x-weave-trace-id", "x-weave-retry-id"})
 
 
 class UpstreamDown(RuntimeError):
@@ -86,7 +88,7 @@ class Upstream:
                 timeout_s: float | None = None) -> httpx.Response:
         if self._http is None:  # one pool: forwarding reuses its connections to W&B
             self._http = httpx.Client(auth=("api", self.api_key), timeout=self.timeout_s)
-        headers = {k: v for k, v in (headers or {}).items() if k.lower() not in _NOT_FORWARDED}
+        headers = {k: v for k, v in (headers or {}).items() if k.lower() in FORWARDED_HEADERS}
         try:
             return self._http.request(method, url, content=body or None, headers=headers,
                                       timeout=timeout_s or self.timeout_s)
