@@ -28,6 +28,7 @@ from recipes.constants import REPO_ROOT
 from recipes.launch.console import quiet_environment
 from recipes.launch.decision import Launch
 from recipes.launch.relays import RelayStartError, say_summaries, start_relays
+from recipes.private_files import Folder
 from recipes.signals import WAKE_EVERY_S
 from recipes.trainer import stop_request
 from recipes.watchdog.watch import start_watch
@@ -188,13 +189,17 @@ def _start_watcher(launch: Launch, out) -> None:
     if command is None:
         return
     log = Path(launch.knobs.output_dir) / "publish_evals.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with Folder.open(log.parent, create=True) as folder:  # never through a link another user planted there
+            handle = folder.open_file(log.name, os.O_WRONLY | os.O_APPEND)
+    except OSError as err:
+        print(f"warning: validations are not published to Weave while training (its log: {err})", file=out)
+        return
     handler = signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a shell's background job: Ctrl-C is for training
     try:
-        with open(log, "ab") as handle:
-            subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                             cwd=REPO_ROOT)
+        subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO_ROOT)
     finally:
+        os.close(handle)
         signal.signal(signal.SIGINT, handler)
     print(f"[launch] publishing each validation to Weave in the background (log: {log})", file=out)
 

@@ -24,7 +24,7 @@ from recipes.preflight.rollout_checks import check_lora_with_sglang, check_rollo
 from recipes.preflight.row_origin import check_row_origin
 from recipes.preflight.schedule import check_schedule
 from recipes.preflight.sglang_model import check_sglang_model
-from recipes.preflight.storage import check_checkpoint_space, check_shared_outputs
+from recipes.preflight.storage import check_checkpoint_space, check_outputs_private, check_shared_outputs
 from recipes.preflight.versions import check_gpu_env
 
 REQUIRED_COLUMNS = ("data_source", "prompt", "reward_model", "extra_info", "agent_name")
@@ -305,6 +305,7 @@ def run_all(config: DictConfig, launch: bool = False, submit: bool = False,
     check_memory(config, report)
     check_tool_timeout(config, report)
     check_shared_outputs(config, report)
+    check_outputs_private(config, report)
     check_cpu_rollout(config, report)
     if launch and not on_cpu_platform():
         check_gpus(config, report)

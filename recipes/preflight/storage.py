@@ -1,6 +1,7 @@
-"""Where a run writes, and whether it fits: checkpoints pruned and the disk large enough, and on several nodes
-outputs on storage every node shares (a relative or repo-relative path lands in Ray's per-node copy of the
-repo, /tmp/ray/session_*/.../_ray_pkg_*: each node keeps its own FSDP shards, and they vanish with the session)."""
+"""Where a run writes, and whether it fits: checkpoints pruned and the disk large enough, outputs no other user can
+change, and on several nodes outputs on storage every node shares (a relative or repo-relative path lands in Ray's
+per-node copy of the repo, /tmp/ray/session_*/.../_ray_pkg_*: each node keeps its own FSDP shards, and they vanish
+with the session)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from omegaconf import DictConfig
 from recipes.constants import REPO_ROOT
 from recipes.preflight.findings import Report
 from recipes.preflight.rollout_checks import lora_rank
+from recipes.private_files import why_untrusted
 
 OUTPUT_KEYS = ("default_local_dir", "rollout_data_dir", "validation_data_dir")
 # An FSDP save holds the fp32 parameter shards (4 bytes) and Adam's two fp32 moments (8 bytes) per parameter;
@@ -118,6 +120,22 @@ def check_shared_outputs(config: DictConfig, report: Report) -> None:
                 report.warn(f"trainer.{key}={value} is on a local '{fstype}' filesystem: with "
                             f"{config.trainer.nnodes} nodes each node writes its own part there; use storage every "
                             "node mounts (NFS, Lustre, ...)")
+
+
+def check_outputs_private(config: DictConfig, report: Report) -> None:
+    """The recipe writes its own files in OUTPUT_DIR so that another user who may write there redirects none of them
+    (recipes/private_files.py); verl writes its checkpoints and dumps there by path, and loads a checkpoint it finds
+    there on resume. Said once, when another user could change the folder or one above it."""
+    for key in OUTPUT_KEYS:
+        value = config.trainer.get(key)
+        if not value or not os.path.isabs(os.path.expanduser(str(value))):
+            continue
+        why = why_untrusted(os.path.expanduser(str(value)))
+        if why:
+            report.warn(f"trainer.{key}={value}: {why}; verl writes its checkpoints and dumps there by path, and "
+                        "another user who can write it could redirect them or plant a checkpoint a resume loads: give "
+                        "OUTPUT_DIR a folder only you can write")
+            return
 
 
 def filesystem_type(path: Path, mounts_file: str = "/proc/mounts") -> str | None:

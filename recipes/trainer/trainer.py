@@ -30,6 +30,7 @@ import ray
 from verl.trainer.main_ppo_v0 import TaskRunner
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
+from recipes.private_files import Folder
 from recipes.trainer.stop_request import latest_checkpoint, record_stopped, stop_requested
 
 WANDB_RUN_ID_FILE = "wandb_run_id"  # beside the checkpoints: the W&B run they belong to
@@ -91,16 +92,14 @@ def continue_wandb_run(config) -> None:
     backends = [backends] if isinstance(backends, str) else list(backends or [])
     if "wandb" not in backends or os.environ.get("WANDB_RUN_ID"):
         return
-    folder = Path(str(config.trainer.default_local_dir))
-    id_file = folder / WANDB_RUN_ID_FILE
-    resumes = config.trainer.resume_mode == "auto" and latest_checkpoint(folder) is not None
-    run_id = id_file.read_text().strip() if resumes and id_file.is_file() else ""
-    if not run_id:
-        run_id = uuid.uuid4().hex[:16]
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp = id_file.with_name(f".{id_file.name}.tmp")
-        tmp.write_text(run_id + "\n")
-        os.replace(tmp, id_file)
+    path = Path(str(config.trainer.default_local_dir))
+    resumes = config.trainer.resume_mode == "auto" and latest_checkpoint(path) is not None
+    with Folder.open(path, create=True) as folder:  # the run's own id file only, never through a link
+        kept = folder.read_own(WANDB_RUN_ID_FILE) if resumes else None
+        run_id = kept.decode(errors="replace").strip() if kept else ""
+        if not run_id:
+            run_id = uuid.uuid4().hex[:16]
+            folder.write(WANDB_RUN_ID_FILE, run_id + "\n")
     os.environ["WANDB_RUN_ID"] = run_id
     os.environ.setdefault("WANDB_RESUME", "allow")
     print(f"[stop] W&B run id {run_id} ({'continued' if resumes else 'new'})", flush=True)

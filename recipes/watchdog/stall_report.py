@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
+import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from recipes.private_files import Folder
 from recipes.watchdog.culprit import Suspect, frame_text, node_label, phase_of, suspects
 
 SUSPECTS_SHOWN = 5
@@ -58,20 +59,22 @@ def write_report(stall_dir: Path, nodes: list[dict], clock: dict, tail: list[str
 
 
 def _write_folder(path: Path, files: dict[str, str]) -> None:
-    """Into a hidden folder beside it, then renamed: a reader never sees half a report."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir()
-    try:
-        for name, text in files.items():
-            (partial / name).write_text(text)
-        if path.exists():  # two reports in one second (STALL_ACTION=report with a tiny limit)
-            path = path.with_name(f"{path.name}_{os.getpid()}_{time.monotonic_ns()}")
-        os.replace(partial, path)
-    except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)
-        raise
+    """Into a hidden folder beside it, then renamed: a reader never sees half a report. Made from the parent's
+    descriptor, never through a link (OUTPUT_DIR may be a folder another user can write: recipes/private_files.py)."""
+    with Folder.open(path.parent, create=True) as parent:
+        partial = f".{path.name}.{secrets.token_hex(4)}.partial"
+        try:
+            with parent.folder(partial, create=True) as folder:
+                for name, text in files.items():
+                    folder.write(name, text)
+            name = path.name
+            if name in parent.names():  # two reports in one second (STALL_ACTION=report with a tiny limit)
+                name = f"{name}_{os.getpid()}_{time.monotonic_ns()}"
+            os.rename(partial, name, src_dir_fd=parent.fd, dst_dir_fd=parent.fd)
+        except BaseException:
+            if partial in parent.names():
+                parent.remove_tree(partial)
+            raise
 
 
 def _summary(report: Report, ranked: list[Suspect], nodes: list[dict], clock: dict, tail: list[str],
