@@ -7,9 +7,11 @@ ends exactly this cluster's processes (never `ray stop`, which ends every Ray on
     python scripts/local_ray_cluster.py stop --dir DIR [--keep-logs]
 
 `start` prints, and writes to DIR/cluster.json, the cluster's GCS address (RAY_ADDRESS for a driver), its dashboard
-(RAY_ADDRESS for `ray job submit` and SUBMIT=ray) and `env`, what a driver's environment needs (RAY_AUTH_MODE=token
-when this machine has a Ray auth token: Ray 2.60 then turns token auth on for every cluster started here). The raylets
-inherit this command's environment, and their workers theirs: export what every node's workers need first.
+(RAY_ADDRESS for `ray job submit` and SUBMIT=ray) and `env`, what a driver's environment needs. The cluster always runs
+with Ray's token auth, as a cluster of the recipe's should (docs/multi-node.md#a-closed-cluster): this machine's Ray
+token when it has one (RAY_AUTH_MODE=token), else a token of the cluster's own, DIR/ray_auth_token (0600; the env
+then names it in RAY_AUTH_TOKEN_PATH). The raylets inherit this command's environment, and their workers theirs:
+export what every node's workers need first.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import argparse
 import json
 import os
 import random
+import secrets
 import shutil
 import signal
 import socket
@@ -80,9 +83,18 @@ class Ports:
         raise RuntimeError(f"no {self.WORKERS} consecutive free ports between {floor} and {self._worker_ceiling}")
 
 
-def driver_env() -> dict[str, str]:
+def driver_env(directory: Path | None = None) -> dict[str, str]:
+    """Token auth with this machine's Ray token, or (given `directory`) a new one kept there, 0600."""
     token = Path.home() / ".ray" / "auth_token"
-    return {"RAY_AUTH_MODE": "token"} if token.is_file() or os.environ.get("RAY_AUTH_TOKEN") else {}
+    if token.is_file() or os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH"):
+        return {"RAY_AUTH_MODE": "token"}
+    if directory is None:
+        return {}
+    own = directory / "ray_auth_token"
+    fd = os.open(own, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(secrets.token_hex(32))
+    return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(own)}
 
 
 def node_ports(ports: Ports, head: bool) -> list[str]:
@@ -102,7 +114,7 @@ def start(directory: Path, nodes: int, cpus: int, gpus: int, auth: dict[str, str
     instead of what this machine's token file implies."""
     directory.mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # cpu_env.sh's `local` is for one node
-    drivers = driver_env() if auth is None else dict(auth)
+    drivers = driver_env(directory) if auth is None else dict(auth)
     env.update(RAY_USAGE_STATS_ENABLED="0", PATH=f"{Path(sys.executable).parent}:{env.get('PATH', '')}", **drivers)
     ports = Ports()
     gcs, dashboard = ports.single(), ports.single()

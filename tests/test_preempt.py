@@ -19,7 +19,6 @@ import json
 import re
 import shutil
 import signal
-import stat
 import subprocess
 import tempfile
 import time
@@ -171,12 +170,10 @@ def test_slurm_requeues_the_job_once_and_it_ends_completed(preempted):
     assert "start 2:" in second and "[sbatch] launcher exit 0" in second
 
 
-def test_the_slurm_jobs_ray_cluster_runs_with_a_token_only_its_owner_reads(preempted):
+def test_the_slurm_jobs_ray_cluster_runs_with_a_token_in_no_file(preempted):
     if preempted["via"] != "slurm":
         pytest.skip("no SLURM here: the launcher was stopped directly")
-    token = preempted["output"] / "ray_auth_token"
-    assert token.is_file() and stat.S_IMODE(token.stat().st_mode) == 0o600
-    assert len(token.read_text().strip()) == 64
+    assert not (preempted["output"] / "ray_auth_token").exists()  # in the job's environment, no file others may swap
     assert "Token authentication is disabled" not in preempted["text"]
 
 
