@@ -129,3 +129,33 @@ def local_slurm(tmp_path_factory):
         yield state
     finally:
         local_slurm.stop(directory)
+
+
+@pytest.fixture(scope="session")
+def second_user():
+    """Another local user of this machine (tests/testkit/second_user.py): a real uid, removed at the end. Skips,
+    saying why, where this session cannot make one (not root, no useradd or setpriv)."""
+    from testkit.second_user import SecondUser, why_not
+
+    reason = why_not()
+    if reason:
+        pytest.skip(f"no second local user: {reason}")
+    user = SecondUser.make()
+    try:
+        yield user
+    finally:
+        user.remove()
+
+
+@pytest.fixture
+def shared_base():
+    """A folder under /tmp that the second user may pass through (0711), removed after the test."""
+    import shutil
+
+    from testkit.second_user import playground
+
+    base = playground()
+    try:
+        yield base
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

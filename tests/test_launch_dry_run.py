@@ -289,7 +289,7 @@ def test_multinode_submission_resolves_the_same_knobs_with_repo_relative_paths(s
     assert submitted.launch.overrides == relative
     # every node of the cluster gets a relay, each spooling to its own disk
     relay = submitted.launch.relay
-    assert relay.cluster and relay.spool == "/var/tmp/gsm8k_recipe_traces/exp1" and relay.run
+    assert relay.cluster and relay.spool == f"/var/tmp/gsm8k_recipe_traces-{os.geteuid()}/exp1" and relay.run
 
 
 def test_the_ray_job_runs_the_launcher_with_what_the_submitter_resolved(submitted):

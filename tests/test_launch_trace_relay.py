@@ -117,7 +117,7 @@ def test_an_air_gapped_cluster_keeps_traces_on_every_node(prepared_data_dir):
                    OUTPUT_DIR="/shared/runs/b", TRACE_RELAY="offline", WANDB_ENTITY="me")
     assert planned.preflight.ok, planned.err
     relay = planned.launch.relay
-    spool = "/var/tmp/gsm8k_recipe_traces/gsm8k_calculator_Qwen2.5-3B-Instruct_multinode"
+    spool = f"/var/tmp/gsm8k_recipe_traces-{os.geteuid()}/gsm8k_calculator_Qwen2.5-3B-Instruct_multinode"
     assert (relay.cluster, relay.offline, relay.spool) == (True, True, spool)
     assert f"--spool {spool}/<node>" in relay.describe()
 

@@ -43,8 +43,11 @@ print("PROBE " + json.dumps({"task": ray.get(task.remote()), "actor": ray.get(Ac
 @pytest.fixture(scope="module")
 def ray_head(ray_cluster):
     """The dashboard of the two-node cluster on this machine (tests/conftest.py: its own temp dirs and ports, so no
-    other Ray user of the machine can attach to it)."""
-    return ray_cluster["dashboard"]
+    other Ray user of the machine can attach to it), with its token auth in this process's environment."""
+    from testkit.ray_auth import cluster_auth
+
+    with cluster_auth(ray_cluster["env"]):
+        yield ray_cluster["dashboard"]
 
 
 def wait_for(client, job_id: str, timeout: float = 180):

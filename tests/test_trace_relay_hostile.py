@@ -141,6 +141,8 @@ def hostile_cases(token: str, evil: int) -> dict[str, tuple[bytes, set[int]]]:
             "POST", f"/traces/v2/{PROJECT}/calls/complete", None, write,
             {"Authorization": "Bearer " + token[:-1] + ("A" if token[-1] != "A" else "B")}), {401}),
         "read, no token": (request("GET", "/traces/server_info"), {401}),
+        "health route with an 8 MiB body, no token": (request("GET", RELAY_HEALTH_PATH, None,
+                                                                length=str(MAX_BODY_BYTES)), {401}),
         "Content-Length: -1": (request("POST", f"/traces/v2/{PROJECT}/calls/complete", token, length="-1"), {400}),
         "Content-Length: abc": (request("POST", f"/traces/v2/{PROJECT}/calls/complete", token, length="abc"), {400}),
         "Content-Length: +5": (request("POST", f"/traces/v2/{PROJECT}/calls/complete", token, length="+5"), {400}),
@@ -175,7 +177,8 @@ def test_what_weave_needs_still_goes_through_with_the_token(guarded):
     assert exchange(relay.url, request("GET", "/traces/server_info", relay.token))[0] == 200
     assert exchange(relay.url, request("POST", f"/traces/v2/{PROJECT}/calls/complete", relay.token,
                                        call_batch("kept")))[0] == 200
-    assert exchange(relay.url, request("GET", RELAY_HEALTH_PATH))[0] == 200  # the keeper's probe needs no token
+    assert exchange(relay.url, request("GET", RELAY_HEALTH_PATH, relay.token))[0] == 200  # the keeper's probe
+    assert exchange(relay.url, request("GET", RELAY_HEALTH_PATH))[0] == 401  # with the token, as every other route
 
 
 def test_a_body_over_the_limit_is_refused_before_it_is_sent(guarded):
@@ -255,7 +258,7 @@ def test_connections_beyond_the_bound_are_refused_and_threads_stay_bounded(tight
         for sock in idle:
             sock.close()
     time.sleep(1.5)  # the idle ones timed out: the relay answers again
-    assert exchange(tight.url, request("GET", RELAY_HEALTH_PATH))[0] == 200
+    assert exchange(tight.url, request("GET", RELAY_HEALTH_PATH, tight.token))[0] == 200
 
 
 def test_a_disk_under_the_free_space_floor_takes_no_record_and_says_retry(tight):
@@ -378,3 +381,91 @@ def test_a_weave_batch_over_the_limit_is_split_by_weave_and_nothing_is_lost(tmp_
             output = relay.stop()
     assert len(received) == calls, (len(received), output[-2000:])
     assert "413" in output  # the limit did bite
+
+
+class Recorder:
+    """W&B as the relay's upstream, recording every request it gets (method, path, headers, body) and answering as
+    W&B would: weave.init's GraphQL, server info, an empty read."""
+
+    def __init__(self) -> None:
+        from recipes.trace_relay import protocol
+        from recipes.trace_relay.http import LoopbackHTTPServer, Response
+
+        self.received: list = []
+        recorder = self
+
+        class App:
+            def handle(self, req):
+                recorder.received.append(req)
+                if req.path.startswith(protocol.GRAPHQL_PATH):
+                    return Response.json(protocol.answer_graphql(req.body, "loopback-entity", "me") or {"data": None})
+                return Response.json({})
+
+        self.http = LoopbackHTTPServer(App()).start()
+        self.url = self.http.url
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    upstream = Recorder()
+    relay = RelayProcess(tmp_path_factory.mktemp("recorded") / "spool", "--upstream", upstream.url,
+                         "--upstream-trace", upstream.url, WANDB_API_KEY=API_KEY)
+    try:
+        yield relay, upstream
+    finally:
+        relay.stop()
+        upstream.http.stop()
+
+
+ALLOWED_PROJECT_QUERY = ("query Project($name: String!, $entityName: String!) {\n  project(name: $name, entityName: "
+                         "$entityName) {\n    name\n  }\n}")
+
+
+def test_json_with_duplicate_keys_is_refused_and_nothing_else_than_what_was_checked_is_forwarded(recorded):
+    """A GraphQL body with two "query" keys (a mutation first, weave's own query last: json.loads keeps the last, a
+    server may take the first), the same with the case changed, a write with two "batch" keys: refused, nothing
+    forwarded or kept."""
+    relay, upstream = recorded
+    upstream.received.clear()
+    mutation = json.dumps(DELETE_PROJECT)
+    allowed = json.dumps(ALLOWED_PROJECT_QUERY)
+    bodies = {
+        "two query keys": f'{{"query": {mutation}, "query": {allowed}, "variables": {{}}}}',
+        "query and QUERY": f'{{"QUERY": {mutation}, "query": {allowed}, "variables": {{}}}}',
+        "an escaped second query": f'{{"query": {mutation}, "\\u0071uery": {allowed}}}',
+    }
+    answers = {case: exchange(relay.url, request("POST", "/graphql", relay.token, body.encode()))[0]
+               for case, body in bodies.items()}
+    batch = call_batch("dup")
+    write = b'{"batch": [], ' + batch[1:]
+    answers["a write with two batch keys"] = exchange(relay.url, request(
+        "POST", f"/traces/v2/{PROJECT}/calls/complete", relay.token, write))[0]
+    time.sleep(0.5)
+    forwarded = [(r.path, r.body[:200]) for r in upstream.received]
+    assert all(status in (400, 403) for status in answers.values()), answers
+    assert not any(b"deleteModel" in body for _, body in forwarded), forwarded
+    assert Spool(relay.spool).pending_count == 0
+    # weave's own document still goes through, as W&B receives exactly what was checked
+    status, _ = exchange(relay.url, request("POST", "/graphql", relay.token, json.dumps(
+        {"query": ALLOWED_PROJECT_QUERY, "variables": {"name": "p", "entityName": "e"}}).encode()))
+    assert status == 200
+    sent = json.loads(upstream.received[-1].body)
+    assert sent["query"] == ALLOWED_PROJECT_QUERY and set(sent) <= {"query", "variables", "operationName"}
+
+
+def test_only_the_headers_weave_needs_are_forwarded(recorded):
+    relay, upstream = recorded
+    upstream.received.clear()
+    hostile = {"X-HTTP-Method-Override": "DELETE", "Cookie": "session=stolen", "X-Forwarded-Host": "evil.example",
+               "X-Forwarded-For": "10.0.0.1", "Origin": "http://evil.example", "X-Weave-Trace-Id": "trace-1"}
+    for target, body in (("/traces/obj/read", b'{"project_id": "e/p", "object_id": "o", "digest": "d"}'),
+                         ("/traces/server_info", b"")):
+        method = "POST" if body else "GET"
+        status, _ = exchange(relay.url, request(method, target, relay.token, body, headers=hostile))
+        assert status == 200, (target, status)
+    assert len(upstream.received) == 2
+    for req in upstream.received:
+        names = set(req.headers)
+        assert not names & {"x-http-method-override", "cookie", "x-forwarded-host", "x-forwarded-for", "origin"}, names
+        assert req.headers.get("x-weave-trace-id") == "trace-1"
+        assert req.headers.get("authorization", "").startswith("Basic ")  # the relay's own key, not the client's

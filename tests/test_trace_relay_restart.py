@@ -111,7 +111,8 @@ def test_a_relay_that_dies_or_hangs_mid_run_is_replaced_on_its_address_and_loses
             try:  # waits in the socket's backlog while no relay runs; answered by the next relay. Generous: on a
                 # loaded 2-core machine a stopped relay's replacement once took over 30 s to start (CI bound, not
                 # the claim: the claim is only that the address answers again, later than weave's retry window)
-                httpx.get(relay.url + RELAY_HEALTH_PATH, timeout=REPLACEMENT_BOUND_S).raise_for_status()
+                httpx.get(relay.url + RELAY_HEALTH_PATH, timeout=REPLACEMENT_BOUND_S,
+                          headers={"Authorization": f"Bearer {relay.token}"}).raise_for_status()
                 downtime = time.monotonic() - killed_at
             except httpx.HTTPError:
                 pass
