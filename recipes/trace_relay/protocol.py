@@ -76,6 +76,7 @@ class LocalAnswer:
     project_id: str | None = None
     digest: str | None = None  # object / file / table digest as computed here
     row_digests: list[str] = field(default_factory=list)
+    request: Any = None  # the JSON body as parsed (ids filled in), so the relay reads it once
 
 
 def answer_write(route: str, content_type: str, body: bytes, ref_converter=None) -> LocalAnswer:
@@ -87,6 +88,12 @@ def answer_write(route: str, content_type: str, body: bytes, ref_converter=None)
         return LocalAnswer({"digest": digest}, body, _text(fields.get("project_id")), digest)
 
     req = strict_loads(body) if body else {}
+    answer = _answer_json(route, req, body, ref_converter)
+    answer.request = req
+    return answer
+
+
+def _answer_json(route: str, req: Any, body: bytes, ref_converter) -> LocalAnswer:
     v2 = V2_CALL_WRITE.fullmatch(route)
     if v2:
         project_id = f"{v2['entity']}/{v2['project']}"

@@ -151,14 +151,14 @@ class TraceRelay:
             return Response.json({"reason": f"malformed {route} request: {err}"}, status=400)
         try:
             with self._write_lock:
-                body = self.repeats.new_part(route, local.body)
+                body = self.repeats.new_part(route, local.body, local.request)
                 if body is not None:
                     self.spool.append(Record(route=route, body=body, content_type=ctype,
                                              headers={k: request.headers[k] for k in _KEPT_HEADERS
                                                       if k in request.headers},
                                              project_id=local.project_id, digest=local.digest,
                                              row_digests=local.row_digests))
-                    self.repeats.remember(route, body)
+                    self.repeats.remember(route, body, local.request if body is local.body else None)
         except SpoolRefused as err:  # nothing acknowledged that is not on disk: weave retries a 503
             self.refused(503, "the spool cannot take records now (disk full, under its floor, or a failed write)",
                          request)

@@ -37,22 +37,22 @@ class RepeatFilter:
                 continue
         return memory
 
-    def new_part(self, route: str, body: bytes) -> bytes | None:
+    def new_part(self, route: str, body: bytes, request=None) -> bytes | None:
         """`body` without the calls already held: None when nothing is left, `body` itself when all is new.
-        Call remember() with the same arguments once what it returned is durable."""
-        keys = _keys(route, body)
+        `request`: `body` already parsed, if it was. Call remember() once what it returned is durable."""
+        keys = _keys(route, body, request)
         if not keys or not any(key in self._seen for key in keys):
             return body
         if protocol.CALLS_COMPLETE.fullmatch(route):
-            req = json.loads(body)
+            req = request if request is not None else json.loads(body)
             fresh = [item for item in req["batch"] if ("complete", item["id"]) not in self._seen]
             self.repeats += len(req["batch"]) - len(fresh)
             return protocol.encode({**req, "batch": fresh}) if fresh else None
         self.repeats += 1
         return None
 
-    def remember(self, route: str, body: bytes) -> None:
-        for key in _keys(route, body):
+    def remember(self, route: str, body: bytes, request=None) -> None:
+        for key in _keys(route, body, request):
             if key not in self._seen:
                 self._seen.add(key)
                 self._order.append(key)
@@ -60,11 +60,11 @@ class RepeatFilter:
             self._seen.discard(self._order.popleft())
 
 
-def _keys(route: str, body: bytes) -> list[tuple[str, str]]:
+def _keys(route: str, body: bytes, request=None) -> list[tuple[str, str]]:
     if protocol.CALLS_COMPLETE.fullmatch(route):
-        return [("complete", item["id"]) for item in json.loads(body)["batch"]]
+        return [("complete", item["id"]) for item in (request if request is not None else json.loads(body))["batch"]]
     if route.endswith(("/call/start", "/call/end")):
         kind = "start" if route.endswith("/call/start") else "end"
-        call = json.loads(body)[kind]
+        call = (request if request is not None else json.loads(body))[kind]
         return [(kind, call["id"])] if call.get("id") else []
     return []
