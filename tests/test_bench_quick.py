@@ -27,6 +27,7 @@ NAMES = {
                           "launcher_cpu_seconds_off", "launcher_peak_rss_mb_on", "launcher_peak_rss_mb_off",
                           "watchdog_imports_torch"],
     "bench_preempt.py": ["preempt_8xh100_projection_seconds"],
+    "bench_relay.py": ["relay_writes_per_s", "relay_write_mb_per_s", "relay_connect_writes_per_s"],
     "bench_ci.py": ["ci_minutes", "ci_install_minutes", "ci_pytest_minutes", "ci_e2e_minutes", "tests_passed"],
 }
 
