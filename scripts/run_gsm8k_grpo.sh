@@ -42,8 +42,9 @@ TRACE_RELAY=${TRACE_RELAY:-auto}                 # auto: traces go through a rel
                                                  # disk until W&B has them; offline: air-gapped, keep them for
                                                  # scripts/upload_traces.py; off: workers send straight to W&B
 TRACE_SPOOL=${TRACE_SPOOL:-}                     # where each node's relay keeps traces, on that node's own disk;
-                                                 # empty: $OUTPUT_DIR/trace_spool on one node, on a Ray cluster
-                                                 # /var/tmp/gsm8k_recipe_traces/$EXPERIMENT_NAME/<node>
+                                                 # empty: $OUTPUT_DIR/trace_spool on one node (if only you
+                                                 # can write it), else /var/tmp/gsm8k_recipe_traces-<uid>/
+                                                 # $EXPERIMENT_NAME[/<node> on a Ray cluster]
 case "$PROFILE" in cpu_*) use_python cpu ;; *) use_python auto ;; esac  # sets PYTHON, says which and why
 PYTHON=${PYTHON:-python3}                        # set by the line above: PYTHON, else the active venv, else the
                                                  # project's env (.venv-gpu, else .venv; .venv for cpu_* profiles)
