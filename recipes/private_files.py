@@ -106,6 +106,9 @@ class Folder:
             if err.errno == errno.ELOOP:
                 raise Untrusted(f"{self.path / name} is a symbolic link (someone else's?): the recipe writes no "
                                 "file through a link; remove it") from None
+            if err.errno in (errno.ENXIO, errno.EISDIR):  # a FIFO no one reads, a folder, opened for writing
+                raise Untrusted(f"{self.path / name} is not a plain file (a FIFO, a folder): the recipe does not "
+                                "write it; remove it") from None
             raise
         try:
             info = os.fstat(fd)
