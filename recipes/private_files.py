@@ -56,18 +56,18 @@ class Folder:
     # --- opening ----------------------------------------------------------------------------------------
     @classmethod
     def open(cls, path: str | os.PathLike, create: bool = False) -> Folder:
-        """The folder at `path` (its links followed, as the user named it), made with its parents if `create`.
-        For a folder whose files the recipe writes but never trusts (logs, summaries in OUTPUT_DIR)."""
-        if create:
-            os.makedirs(path, exist_ok=True)
-        return cls(os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC), path)
+        """The folder at `path`, made with its missing parents if `create`: for a folder whose files the recipe writes
+        but never trusts (logs, summaries in OUTPUT_DIR, which others may write). Reached from / one name at a time,
+        following only the links of this user or root (a link another user planted on the way is Untrusted)."""
+        path = os.path.abspath(os.fspath(path))
+        return cls(_walk(path, create, "the folder", strict=False), path)
 
     @classmethod
     def trusted(cls, path: str | os.PathLike, create: bool = False, what: str = "the folder") -> Folder:
         """The folder at `path` if no one but this user (and root) can change it or anything above it; made 0700
         (with its missing parents) if `create`. Untrusted with one line saying why otherwise."""
         path = os.path.abspath(os.fspath(path))
-        fd = _walk_trusted(path, create, what)
+        fd = _walk(path, create, what)
         try:
             info = os.fstat(fd)
             if info.st_uid != os.geteuid():
@@ -196,7 +196,7 @@ def why_untrusted(path: str | os.PathLike) -> str | None:
     """Why `path` would not be a trusted folder (Folder.trusted with create), or None when it would be. Only
     looks: makes nothing."""
     try:
-        os.close(_walk_trusted(os.path.abspath(os.fspath(path)), create=False, what="the folder", missing_ok=True))
+        os.close(_walk(os.path.abspath(os.fspath(path)), create=False, what="the folder", missing_ok=True))
     except Untrusted as err:
         return str(err)
     except OSError as err:
@@ -204,16 +204,17 @@ def why_untrusted(path: str | os.PathLike) -> str | None:
     return None
 
 
-def _walk_trusted(path: str, create: bool, what: str, missing_ok: bool = False) -> int:
-    """A descriptor (O_RDONLY) on the folder at absolute `path`, reached from / one name at a time: each folder on
-    the way must belong to this user or root and be writable by no one else (sticky folders above aside), each link
-    on the way must belong to this user or root. `missing_ok`: stop at the first missing name (the deepest existing
+def _walk(path: str, create: bool, what: str, missing_ok: bool = False, strict: bool = True) -> int:
+    """A descriptor (O_RDONLY) on the folder at absolute `path`, reached from / one name at a time: each link on the
+    way must belong to this user or root; `strict` (a trusted folder): each folder on the way too, and be writable by
+    no one else (sticky folders above aside). `missing_ok`: stop at the first missing name (the deepest existing
     folder's descriptor), as a check of what `create` would make."""
     stack = [(os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC), "/")]
     parts = [p for p in path.split("/") if p]
     links = 0
     try:
-        _check_folder(os.fstat(stack[0][0]), "/", what, final=not parts)
+        if strict:
+            _check_folder(os.fstat(stack[0][0]), "/", what, final=not parts)
         while parts:
             name = parts.pop(0)
             fd, where = stack[-1]
@@ -232,7 +233,7 @@ def _walk_trusted(path: str, create: bool, what: str, missing_ok: bool = False) 
                 if not create:
                     raise
                 try:
-                    os.mkdir(name, PRIVATE_DIR, dir_fd=fd)
+                    os.mkdir(name, PRIVATE_DIR if strict else 0o777, dir_fd=fd)  # else: the umask's, as mkdir -p
                 except FileExistsError:
                     pass
                 child = os.open(name, os.O_PATH | _NOFOLLOW, dir_fd=fd)
@@ -254,7 +255,8 @@ def _walk_trusted(path: str, create: bool, what: str, missing_ok: bool = False) 
             stack.append((child, here))
             if not stat.S_ISDIR(info.st_mode):
                 raise Untrusted(f"{what} {path}: {here} is not a folder")
-            _check_folder(info, here, what, final=not parts)
+            if strict:
+                _check_folder(info, here, what, final=not parts)
         return os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=stack[-1][0])
     finally:
         for fd, _ in stack:

@@ -83,3 +83,20 @@ def test_a_folder_or_a_link_of_another_user_on_the_way_is_refused(tmp_path):
     (sticky / "their_link").symlink_to(tmp_path)
     os.chown(sticky / "their_link", NOBODY, NOBODY, follow_symlinks=False)
     assert "a link of another user's" in why_untrusted(sticky / "their_link" / "spool")
+
+
+def test_a_link_another_user_planted_on_the_way_to_an_output_folder_is_not_followed(tmp_path):
+    as_root()
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    out = tmp_path / "out"
+    out.mkdir()
+    out.chmod(0o777)  # a folder others may write: the recipe writes there, but follows no link of theirs
+    (out / "checkpoints").symlink_to(victim)
+    os.chown(out / "checkpoints", NOBODY, NOBODY, follow_symlinks=False)
+    with pytest.raises(Untrusted, match="a link of another user's"):
+        Folder.open(out / "checkpoints", create=True)
+    (tmp_path / "mine").symlink_to(out)  # a link of this user's (OUTPUT_DIR on other storage) is followed
+    with Folder.open(tmp_path / "mine" / "logs", create=True) as folder:
+        folder.write("run_record.json", "{}")
+    assert (out / "logs" / "run_record.json").is_file() and list(victim.iterdir()) == []

@@ -113,7 +113,11 @@ def train(launch: Launch, environ) -> int:
 
     if not check_launch(launch, environ=environ).ok:
         return 1
-    write_run_record(launch.config)  # what the checkpoints will be of: a resume of another model is refused
+    try:
+        write_run_record(launch.config)  # what the checkpoints will be of: a resume of another model is refused
+    except PermissionError as err:  # a link or a file another user put in the checkpoint folder
+        print(f"error: the run record: {err}; nothing was started", file=sys.stderr)
+        return 1
     _say_where_traces_go(launch, volume=True)
     if not OmegaConf.select(launch.config, "trainer.use_v1"):
         print(f"[launch] trainer: {LEGACY_TRAINER_NOTE}", file=sys.stderr)
