@@ -4,9 +4,10 @@ Another local user may share a folder the recipe writes in (a group-writable OUT
 /var/tmp). What they can do there: plant a symbolic link or a hard link where the recipe will write, put a file of
 theirs where the recipe reads, or swap a folder for another between the recipe's check and its use. So:
 
-- a folder is opened once and everything in it is reached from that descriptor (`dir_fd`), never by walking its
-  path again; a name inside it is opened with O_NOFOLLOW, and a file that is not a plain file of this user's with one
-  link (a link, a FIFO, another user's file) is refused;
+- a folder is opened once, reached from / one name at a time through links of this user or root only, and
+  everything in it is reached from that descriptor (`dir_fd`), never by walking its path again; a name inside it is
+  opened with O_NOFOLLOW, and a file that is not a plain file of this user's with one link (a link, a FIFO, another
+  user's file) is refused;
 - a folder whose contents the recipe trusts (a trace spool it sends with the owner's W&B key) is `trusted`: it and
   every folder above it, up to /, belong to this user or root and no one else can write them (a sticky folder such
   as /tmp or /var/tmp above it is fine: no one else can rename or delete what is ours there). Links on the way are
