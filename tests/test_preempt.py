@@ -88,8 +88,8 @@ def _metrics_endpoints(slurm: dict) -> dict[str, list[int]]:
              "for port in sorted(ports):\n"
              "    data = b''\n"
              "    try:\n"
-             "        with socket.create_connection((sys.argv[1], port), timeout=5) as s:\n"
-             "            s.settimeout(5); s.sendall(b'GET /metrics HTTP/1.0\\r\\n\\r\\n')\n"
+             "        with socket.create_connection((sys.argv[1], port), timeout=3) as s:\n"
+             "            s.settimeout(3); s.sendall(b'GET /metrics HTTP/1.0\\r\\n\\r\\n')\n"
              "            while len(data) < 65536 and (chunk := s.recv(65536)):\n"
              "                data += chunk\n"
              "    except OSError:\n"
@@ -152,9 +152,11 @@ def _through_slurm(env: dict, slurm: dict, work: Path) -> dict:
     metrics: dict = {}
     left: dict = {}
     try:
+        if nodes > 1:  # Ray's listeners once every node has joined (the launcher starts meanwhile)
+            _wait_in_log(log, r"\[ray_nodes\] 2 of 2 Ray node\(s\) alive", env, job_id)
+            metrics = _metrics_endpoints(slurm)
         _wait_in_log(log, r"\bstep:1 - ", env, job_id)
         if nodes > 1:
-            metrics = _metrics_endpoints(slurm)
             # a job of the urgent partition wants a node: ours is preempted (SIGTERM to its steps, a grace time)
             urgent_id = subprocess.run(["sbatch", "--parsable", f"--partition={slurm['urgent']}", "--nodes=1",
                                         "--exclusive", f"--output={work / 'urgent.out'}", "--wrap", "true"],
