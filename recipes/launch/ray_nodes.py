@@ -15,7 +15,7 @@ that may be a docker bridge or InfiniBand, hence the knobs); one line on stderr 
 
 `hold`: runs the command with SIGTERM blocked, for it and every process it starts (the mask is inherited: Ray's GCS,
 raylet, agents and workers), and stays in front of it. A preemption with a grace time sends SIGTERM to every process of
-every job step but the batch script's: Ray then went on until the launcher had saved the step. `hold` says so in one
+every job step but the batch script's: Ray goes on until the launcher has saved the step. `hold` says so in one
 line. SIGUSR2 (the batch script's, through SLURM for a step) stops the node: the command and what it started are
 killed, exit 0. The command's own end is `hold`'s. (A program that unblocks SIGTERM itself, as Go's runtime does, still
 dies of it: the batch script keeps the head's Ray in its own step, which the preemption spares.)
@@ -35,7 +35,7 @@ import sys
 import time
 
 POLL_S = 2.0
-STOP_SIGNAL = signal.SIGUSR2  # the batch script's `stop this node`, which srun passes to every process of the step
+STOP_SIGNAL = signal.SIGUSR2  # the batch script's `stop this node`, which SLURM passes to every process of a step
 
 
 def alive_nodes(address: str) -> int:
