@@ -4,7 +4,9 @@
 # with the profile's model (Qwen2.5-3B; random weights of its shape unless MODEL_PATH is given), every response run to
 # its length limit (SGLang's ignore_eos), through the recipe's own launcher. It prints the step's phases (generation,
 # old and reference log-probs, update, weight sync: verl's timing_s/*), the peak memory of the actor and of SGLang,
-# tokens per second, and the step and run time projected onto the profile's node, with what the projection assumes.
+# tokens per second, and the projection onto the profile's node: the step phase by phase (which measured phase each
+# figure scales, and which are upper bounds: what only one GPU does, such as the actor's CPU offload), the run's
+# hours, and the actor's peak on a node GPU by the memory plan (recipes/preflight/memory.py).
 #
 #   bash scripts/probe_gpu_step.sh                    # on one GPU (an H100 80 GB for 8xh100's share); ~5-6 minutes
 #   DRY_RUN=1 bash scripts/probe_gpu_step.sh          # any machine: the share, data, tokenizer, the model's config,
@@ -17,8 +19,8 @@
 # writes (data, model, the launch's outputs and log, metrics.jsonl) is under WORK_DIR; extra arguments are hydra
 # overrides for the launch. `[probe] stage: ...` lines mark its stages; the last line is one line:
 # PROBE step_s=<s> gen_s=<s> old_log_prob_s=<s> ref_s=<s> update_s=<s> weight_sync_s=<s> gen_tokens_per_s=<n>
-# actor_peak_gib=<g> sglang_peak_gib=<g> gpu_peak_gib=<g> projected_step_s=<s> projected_run_h=<h>
-# projected_actor_peak_gib=<g> wall_s=<s>
+# actor_peak_gib=<g> sglang_peak_gib=<g> gpu_peak_gib=<g> update_micro_batch=<n> log_prob_micro_batch=<n>
+# planned_actor_peak_gib=<g> projected_step_s=<s> projected_run_h=<h> projected_actor_peak_gib=<g> wall_s=<s>
 . "$(dirname "${BASH_SOURCE[0]}")/help.sh" "$@"  # -h/--help: usage, knobs; runs nothing
 set -euo pipefail
 
@@ -40,11 +42,13 @@ GSM8K_DIR=${GSM8K_DIR:-}                    # GSM8K's {train,test}.jsonl; empty:
 SHARE_PROMPTS=${SHARE_PROMPTS:-$(on_cpu "" 2)}  # one GPU's prompts a step; empty: the profile's / its GPUs
 ROLLOUT_N=${ROLLOUT_N:-$(on_cpu "" 2)}      # rollouts a prompt; empty: the profile's
 RESPONSE_LENGTH=${RESPONSE_LENGTH:-$(on_cpu "" 16)}  # every response's length; empty: the profile's
-MICRO_BATCH=${MICRO_BATCH:-$(on_cpu 4 2)}   # trajectories a forward/backward (4: what one GPU holding the whole
-                                            # offloaded actor fits, by the memory plan); empty: the profile's
+MICRO_BATCH=${MICRO_BATCH:-$(on_cpu 4 2)}   # the update's trajectories a forward/backward (4: what one GPU holding
+                                            # the whole offloaded actor fits, by the memory plan); empty: the profile's
+LOG_PROB_MICRO_BATCH=${LOG_PROB_MICRO_BATCH:-$(on_cpu "" 2)}  # the reference's and old log-probs' (forward only);
+                                            # empty: the profile's, or the largest below it the memory plan fits here
 # -----------------------------------------------------------------------------------------------------
 if [ "$DEVICE" = cpu ]; then use_python cpu; else use_python auto; fi  # sets PYTHON, says which and why
 export PYTHON WORK_DIR PROFILE DEVICE DRY_RUN MODEL_PATH MODEL_SHAPE TOKENIZER_PATH GSM8K_DIR SHARE_PROMPTS ROLLOUT_N \
-  RESPONSE_LENGTH MICRO_BATCH
+  RESPONSE_LENGTH MICRO_BATCH LOG_PROB_MICRO_BATCH
 cd "$REPO_ROOT"
 PYTHONPATH="$REPO_ROOT:$REPO_ROOT/scripts${PYTHONPATH:+:$PYTHONPATH}" exec "$PYTHON" -m harness.probe "$@"

@@ -4,6 +4,7 @@ pytest pythonpath); the stand-ins the scripts need too live with them, in script
 import atexit
 import os
 import shutil
+import signal
 import tempfile
 from pathlib import Path
 
@@ -159,3 +160,27 @@ def shared_base():
         yield base
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def slurm_nodes(tmp_path_factory):
+    """A two-node SLURM (tests/testkit/local_slurm.py with nodes=2): slurmctld and two slurmd, each in its own network,
+    UTS and mount namespace with its own address on a bridge (node0 with a first interface that reaches nothing, as a
+    multi-NIC head), installed with apt-get when missing; skipped with the reason where namespaces cannot be made.
+    Its state: `env`, `names`, `host_address` (this machine on the nodes' bridge), `net`. All of it removed at the
+    end, the namespaces and links too."""
+    from testkit import local_slurm, namespaced_nodes
+
+    why = namespaced_nodes.available()
+    if why:
+        pytest.skip(f"no namespaced SLURM nodes here: {why}")
+    directory = tmp_path_factory.mktemp("slurm_nodes")
+    # a SIGTERM to pytest (a CI's timeout) unwinds as Ctrl-C does, through this cleanup; a SIGKILL leaves names that
+    # the next start removes (their maker is gone)
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    state = local_slurm.start(directory, nodes=2, second_nic=True)
+    try:
+        yield state
+    finally:
+        local_slurm.stop(directory)
+        signal.signal(signal.SIGTERM, previous)

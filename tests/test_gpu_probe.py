@@ -70,8 +70,8 @@ def test_one_gpus_share_of_the_8xh100_step_is_a_config_verl_validates(tmp_path):
 
     share = share_of(_composed("8xh100", tmp_path=tmp_path), "8xh100")
     assert (share.gpus, share.prompts_per_gpu, share.trajectories_per_gpu, share.mini_batch_per_gpu,
-            share.workers_per_gpu, share.micro_batch, share.response_length, share.run_steps) == (
-        8, 32, 512, 32, 2, 16, 1024, GSM8K_TRAIN_ROWS // 256 * 15)
+            share.workers_per_gpu, share.micro_batch, share.log_prob_micro_batch, share.response_length,
+            share.run_steps) == (8, 32, 512, 32, 2, 16, 16, 1024, GSM8K_TRAIN_ROWS // 256 * 15)
     one = _composed("8xh100", "trainer.n_gpus_per_node=1", *share.overrides(), tmp_path=tmp_path)
     validate_like_verl(one)
     # verl's own normalisation: the same trajectories per GPU per update as on the node
@@ -104,30 +104,86 @@ SMOKE_STEP_2 = {  # verl's metrics of the 1-GPU smoke's step 2 (Qwen2.5-0.5B's s
     "actor/perf/max_memory_reserved_gb": 12.0}
 
 
-def test_the_report_reads_verls_phases_and_projects_them_with_the_assumptions_said(tmp_path):
+def _planned(tmp_path, share, shape: str, gpu_gib: float = 79.6):
+    """The memory plan's figures for the probe's one-GPU run of `share` and for a GPU of 8xh100, as the probe makes
+    them (harness/probe/memory_fit.py), for the model of `shape`."""
+    from harness.probe import memory_fit
+    from recipes.models import ModelSize
+
+    size = ModelSize.from_config("probe", SHAPES[shape])
+    offload = ("actor_rollout_ref.actor.fsdp_config.param_offload=True",
+               "actor_rollout_ref.actor.fsdp_config.optimizer_offload=True")
+    one = _composed("8xh100", "trainer.n_gpus_per_node=1", *share.overrides(), *offload, tmp_path=tmp_path)
+    node = _composed("8xh100", tmp_path=tmp_path)
+    return memory_fit.Planned(gpu_gib, "nvidia-smi", 16, memory_fit.actor_peak(one, size, gpu_gib),
+                              memory_fit.actor_peak(node, size, gpu_gib)), one, size
+
+
+def test_the_report_projects_each_phase_with_what_it_scales_and_what_is_an_upper_bound(tmp_path):
     from harness.probe.projection import report, step_metrics
     from harness.probe.share import share_of
 
-    share = share_of(_composed("8xh100", tmp_path=tmp_path), "8xh100")
+    share = share_of(_composed("8xh100", tmp_path=tmp_path), "8xh100").sized_down(32, 16, 1024, 4, "sglang",
+                                                                                  log_prob_micro_batch=16)
     metrics_file = tmp_path / "metrics.jsonl"
     metrics_file.write_text(json.dumps({"step": 1, "data": SMOKE_STEP_2}) + "\n")
     metrics = step_metrics(metrics_file)
     assert metrics == SMOKE_STEP_2 and step_metrics(metrics_file, step=2) == {}
     peaks = {"SGLang": 36 * 1024, "training worker": 17 * 1024, "GPU": 70 * 1024}
-    lines, result = report(share, metrics, peaks, "", parameters(SHAPES["qwen2.5-0.5b"])[0])
+    count = parameters(SHAPES["qwen2.5-0.5b"])[0]
+    planned, _, _ = _planned(tmp_path, share, "qwen2.5-0.5b")
+    lines, result = report(share, metrics, peaks, "", count, planned)
+    text = "\n".join(lines)
     assert lines[0] == ("step 1: 12.1 s = generation 1.6 + old log-probs 1.9 + reference 1.9 + update 6.3 + weight "
                         "sync 0.3 + the rest 0.0 (verl's timing_s/*)")
     assert "512 trajectories, 262144 response tokens" in lines[1] and "161717 tokens/s generated" in lines[1]
     assert "by nvidia-smi: GPU 70.0 GiB, SGLang 36.0 GiB, training worker 17.0 GiB" in lines[2]
-    state = 16 * 494_032_768 / 2**30
-    assert f"actor state: {state:.1f} GiB on this GPU" in lines[3] and f"{state / 8:.1f} GiB a GPU on 8" in lines[3]
-    assert lines[4].startswith("projection to 8xh100 (8 GPUs): a step ~12.1 s, the run (435 steps) ~1.5 h of steps")
-    assert any("upper bound" in line for line in lines) and any("FSDP's all-gathers" in line for line in lines)
+    # each phase: what it scales, and what only one GPU does in it
+    phase = {name: next(line for line in lines if line.startswith(f"  {name} "))
+             for name in ("generation", "old log-probs", "reference", "update", "weight sync")}
+    assert "1:1: a node GPU's engine generates the same 512 trajectories" in phase["generation"]
+    assert "1:1 at micro-batch 16 (the profile's); an upper bound" in phase["old log-probs"]
+    ref_gib = 32 * count * 2 / 2**30  # 512 trajectories in micro-batches of 16, the whole model in bf16 each
+    assert f"each of 32 micro-batches ({ref_gib:,.1f} GiB), a node GPU 1/8 of it ({ref_gib / 8:,.1f} GiB)" in \
+        phase["reference"]
+    assert phase["update"].lstrip().startswith("update           6.3 s  an upper bound: micro-batch 4 (the profile's")
+    assert f"({count * 12 / 2**30:,.1f} GiB each way, offload)" in phase["update"]
+    assert "~1.5 h of steps: an upper bound" in text and "not in the hours" in text
+    # the node's actor peak is the plan's for a node GPU, not this GPU's peak less 7/8 of the state
     fields = dict(item.split("=") for item in result.removeprefix("PROBE ").split())
+    state = 16 * count / 2**30
+    assert fields["projected_actor_peak_gib"] == f"{planned.node.gib:.1f}" != f"{10.68 - state * 7 / 8:.1f}"
+    assert fields["planned_actor_peak_gib"] == f"{planned.this_run.gib:.1f}"
+    assert (fields["update_micro_batch"], fields["log_prob_micro_batch"]) == ("4", "16")
+    ratio = 10.68 / planned.this_run.gib
+    assert f"measured 10.7 GiB: {ratio:.2f}x the plan" in text and f"this run measured {ratio:.2f}x the plan's" in text
+    assert f"the actor's peak ~{planned.node.gib:.1f} GiB a GPU ({planned.node.phase}, micro-batch 16, 1/8" in text
     assert fields["step_s"] == "12.1" and fields["projected_run_h"] == f"{435 * 12.12 / 3600:.2f}"
-    assert fields["projected_actor_peak_gib"] == f"{10.68 - state * 7 / 8:.1f}" and fields["sglang_peak_gib"] == "36.0"
-    _, missing = report(share, {}, {}, "no nvidia-smi on PATH (no GPU)", 10)
+    assert fields["sglang_peak_gib"] == "36.0"
+    said, missing = report(share, {}, {}, "no nvidia-smi on PATH (no GPU)", 10, planned)
     assert "step_s=nan" in missing and "projected_run_h=nan" in missing
+    assert "no GPU memory measured here to check it against" in said[3] and "x the plan" not in "\n".join(said)
+
+
+def test_the_node_gpus_actor_peak_is_the_memory_plans_and_the_log_prob_passes_take_the_largest_micro_batch_that_fits(
+        tmp_path):
+    """8xh100 with Qwen2.5-3B: a node GPU holds 1/8 of the state and the activations of micro-batches of 16, ~49 GiB
+    by the plan (the old projection, the one-GPU update's peak less 7/8 of the 46 GiB of state, said a few); one H100
+    runs the log-prob passes at the profile's 16 (forward only) where the update needs 4; a smaller GPU fits fewer."""
+    from harness.probe import memory_fit
+    from harness.probe.share import share_of
+    from recipes.preflight import memory
+
+    share = share_of(_composed("8xh100", tmp_path=tmp_path), "8xh100").sized_down(32, 16, 1024, 4, "sglang",
+                                                                                  log_prob_micro_batch=16)
+    planned, one, size = _planned(tmp_path, share, "qwen2.5-3b")
+    node_plan = memory.plan_memory(_composed("8xh100", tmp_path=tmp_path), size, "", 79.6, "")
+    assert planned.node.phase == "training" and planned.node.gib == pytest.approx(
+        node_plan.phases["training"] - memory.CONTEXT_GIB - memory.SGLANG_OVERHEAD_GIB)
+    assert 40 < planned.node.gib < 60 and planned.node.plan.params == pytest.approx(46.0 / 8 / 4, rel=0.01)
+    assert [memory_fit.log_prob_micro_batch(one, size, gpu, 4, 16) for gpu in (79.6, 40, 24)] == [16, 8, 4]
+    with_16 = memory.plan_memory(memory_fit.with_micro_batches(one, 4, 16), size, "", 79.6, "")
+    assert with_16.phases["old log-probs"] <= memory.FIX_MARGIN * 79.6 < with_16.phases["training"] + 20
 
 
 def test_the_memory_plan_warns_where_one_gpu_holds_the_whole_state_and_the_logits(tmp_path):
@@ -176,6 +232,7 @@ def test_the_memory_sampler_attributes_each_process_by_its_title(tmp_path):
     ({"DEVICE": "tpu"}, "DEVICE must be gpu or cpu, not 'tpu'"),
     ({"DRY_RUN": "yes"}, "DRY_RUN must be 0 or 1, not 'yes'"),
     ({"SHARE_PROMPTS": "0"}, "SHARE_PROMPTS must be a whole number, at least 1"),
+    ({"LOG_PROB_MICRO_BATCH": "x"}, "LOG_PROB_MICRO_BATCH must be a whole number, at least 1"),
     ({"MODEL_SHAPE": "qwen9"}, "MODEL_SHAPE must be one of qwen2.5-0.5b, qwen2.5-3b, tiny"),
     ({"MODEL_PATH": "/nowhere"}, "MODEL_PATH=/nowhere is not a model folder (no config.json)"),
     ({"PROFILE": "8xh100", "SHARE_PROMPTS": "", "MODEL_SHAPE": "", "TOKENIZER_PATH": "{work}/tok"},

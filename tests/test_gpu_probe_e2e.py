@@ -18,11 +18,12 @@ from recipes.constants import REPO_ROOT
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 _NOT_PASSED_ON = ("RAY_", "VERL_", "WORK_DIR", "OUTPUT_DIR", "PROFILE", "DATA_DIR", "MODEL_", "EXPERIMENT_NAME",
                   "DRY_RUN", "DEVICE", "LOGGER", "TRACE", "TOKENIZER_PATH", "GSM8K_DIR", "SHARE_PROMPTS", "ROLLOUT_N",
-                  "RESPONSE_LENGTH", "MICRO_BATCH", "N_GPUS_PER_NODE", "NNODES")
-PROBE = re.compile(r"^PROBE step_s=(\S+) gen_s=(\S+) old_log_prob_s=(\S+) ref_s=(\S+) update_s=(\S+) "
-                   r"weight_sync_s=(\S+) gen_tokens_per_s=(\S+) actor_peak_gib=(\S+) sglang_peak_gib=(\S+) "
-                   r"gpu_peak_gib=(\S+) projected_step_s=(\S+) projected_run_h=(\S+) projected_actor_peak_gib=(\S+) "
-                   r"wall_s=(\d+)$")
+                  "RESPONSE_LENGTH", "MICRO_BATCH", "LOG_PROB_MICRO_BATCH", "N_GPUS_PER_NODE", "NNODES")
+PROBE = re.compile(r"^PROBE step_s=(?P<step>\S+) gen_s=(?P<gen>\S+) old_log_prob_s=(?P<old>\S+) ref_s=(?P<ref>\S+) "
+                   r"update_s=(?P<update>\S+) weight_sync_s=(\S+) gen_tokens_per_s=(\S+) actor_peak_gib=(?P<actor>\S+) "
+                   r"sglang_peak_gib=(?P<sglang>\S+) gpu_peak_gib=(\S+) update_micro_batch=(?P<mb>\d+) "
+                   r"log_prob_micro_batch=(?P<lp>\d+) planned_actor_peak_gib=(?P<planned>\S+) projected_step_s=(\S+) "
+                   r"projected_run_h=(?P<run_h>\S+) projected_actor_peak_gib=(?P<node>\S+) wall_s=(\d+)$")
 
 
 def probe(work, *args, **env):
@@ -44,7 +45,12 @@ def test_the_dry_run_composes_the_8xh100_share_on_one_gpu_and_starts_nothing(tmp
     assert stages(out) == ["the share of 8xh100 one GPU runs", "GSM8K rows for one step", "tokenizer and model",
                            "launcher DRY_RUN: preflight, the composed config and the plan"]
     assert ("share      8xh100: 256 prompts x 16 over 8 GPU(s) -> one GPU runs 32 prompts, 512 trajectories; "
-            "mini-batch 32 prompts, micro-batch 4; 2 of 16 agent-loop workers") in out
+            "mini-batch 32 prompts, micro-batch 4 (the log-prob passes' 16); 2 of 16 agent-loop workers") in out
+    # the log-prob passes at the profile's micro-batch: the memory plan fits them on an 80 GB GPU (the update: 4)
+    assert re.search(r"^\[probe\] plan       micro-batches: the update 4 \(MICRO_BATCH\), the reference and old "
+                     r"log-probs 16 \(the profile's 16; .*\); the actor's peak ~\d+\.\d GiB here \(\S+.*\), ~\d+\.\d "
+                     r"GiB a GPU on the node \(training\), by the memory plan on a 80\.0 GiB GPU \(no GPU here", out,
+                     re.M)
     assert "run        435 steps of the profile on GSM8K's 7,473 train rows" in out
     assert ("actor state 46.0 GiB on one GPU (16 B x 3,085,938,688 parameters; 5.7 GiB a GPU on 8); the logits of a "
             "micro-batch of 4 up to 2.3 GiB") in out
@@ -57,6 +63,7 @@ def test_the_dry_run_composes_the_8xh100_share_on_one_gpu_and_starts_nothing(tmp
     assert "preferred_sampling_params: '{\"ignore_eos\": true}'" in config
     assert "val_before_train: false" in config and "total_training_steps: 1" in config
     assert "param_offload: true" in config and "optimizer_offload: true" in config  # the whole actor on one GPU
+    assert "ppo_micro_batch_size_per_gpu: 4" in config and config.count("log_prob_micro_batch_size_per_gpu: 16") == 2
     assert not (work / "model" / "model.safetensors").exists()  # no weights written
     assert json.loads((work / "model" / "config.json").read_text())["num_hidden_layers"] == 36
     assert "PROBE " not in out and not (work / "outputs" / "metrics.jsonl").exists()
@@ -73,12 +80,18 @@ def test_on_cpu_one_step_runs_to_the_length_limit_and_the_probe_line_comes_last(
     assert out.count("Total training steps: ") == 1  # ONE launch of the trainer, one step
     match = PROBE.match(out.strip().splitlines()[-1])
     assert match, out[-3000:]
-    step, gen, old, ref, update = (float(match.group(i)) for i in range(1, 6))
+    step, gen, old, ref, update = (float(match[name]) for name in ("step", "gen", "old", "ref", "update"))
     assert step > 0 and all(0 < part < step for part in (gen, old, ref, update))
     metrics = {json.loads(line)["step"]: json.loads(line)["data"]
                for line in (work / "outputs" / "metrics.jsonl").read_text().splitlines()}
-    assert float(match.group(1)) == round(metrics[1]["timing_s/step"], 1)
+    assert float(match["step"]) == round(metrics[1]["timing_s/step"], 1)
     # every response ran to its limit: ignore_eos reached the stand-in as SGLang's server default
     assert metrics[1]["response_length/mean"] == 16 and metrics[1]["response_length/clip_ratio"] == 1
-    assert "by nvidia-smi: no nvidia-smi on PATH (no GPU)" in out and match.group(9) == match.group(13) == "nan"
-    assert float(match.group(12)) == round(435 * metrics[1]["timing_s/step"] / 3600, 2)
+    assert "by nvidia-smi: no nvidia-smi on PATH (no GPU)" in out and match["sglang"] == "nan"
+    assert float(match["run_h"]) == round(435 * metrics[1]["timing_s/step"] / 3600, 2)
+    # the projection: each phase with what it scales; the node's actor peak from the memory plan, not from this run
+    assert (match["mb"], match["lp"]) == ("2", "2") and float(match["node"]) > 0 and float(match["planned"]) > 0
+    for phase in ("generation", "old log-probs", "reference", "update", "weight sync", "the rest"):
+        assert re.search(rf"^\[probe\]   {phase} +\d+\.\d s  (1:1|an upper bound)", out, re.M), phase
+    assert re.search(r"^\[probe\]   the actor's peak ~\d+\.\d GiB a GPU \(training, micro-batch 16, 1/8 of the "
+                     r"state, nothing offloaded\): the memory plan's for the node", out, re.M)

@@ -132,4 +132,8 @@ class _StoppableTaskRunner(TaskRunner.__ray_metadata__.modified_class):
         return super().run(config)
 
 
-StoppableTaskRunner = ray.remote(_StoppableTaskRunner)
+# On the head node (Ray's own resource for it, as Ray Train pins its state actor), where the launcher and main_ppo run:
+# on a SLURM allocation that is the batch script's step, which a preemption's SIGTERM spares, so W&B's service the
+# TaskRunner starts (a Go program: it takes SIGTERM whatever mask it inherits) lives to log the step the stop saved
+# (scripts/run_gsm8k_grpo.sbatch)
+StoppableTaskRunner = ray.remote(resources={"node:__internal_head__": 0.001})(_StoppableTaskRunner)

@@ -2,12 +2,13 @@
 holds the knobs and their defaults): one GRPO step of a profile's per-GPU share (share.py) on one GPU, through the
 recipe's own launcher, with the profile's model (random weights of its shape, random_model.py, unless MODEL_PATH is
 given) and every response run to its length limit; then the step's phases, memory and tokens per second, and the
-projection onto the profile's node and run (report.py). Stages, each on a `[probe] stage: ...` line:
+projection onto the profile's node and run (projection.py). Stages, each on a `[probe] stage: ...` line:
 
 1. the share of PROFILE (its composed config divided by its GPUs) and the plan;
 2. GSM8K rows for one step (GSM8K_DIR, else the hub, else the bundled sample);
 3. the tokenizer (TOKENIZER_PATH, else MODEL_PATH's, else the Qwen2.5 tokenizer rebuilt offline, else the hub's) and
-   the model (MODEL_PATH, else random weights of MODEL_SHAPE: the profile model's shape);
+   the model (MODEL_PATH, else random weights of MODEL_SHAPE: the profile model's shape); then the memory plan's part
+   (memory_fit.py): the log-prob passes' micro-batch one GPU fits, the actor's planned peaks here and on the node;
 4. the launch: SGLang's start and one step, the GPU's memory sampled meanwhile; its output read until the launcher
    exits (scripts/harness/launch_output.py);
 5. the report from verl's metrics, and the last line, `PROBE step_s=... projected_run_h=...`.
@@ -16,7 +17,7 @@ DRY_RUN=1 composes everything and starts nothing: the share, the data, the token
 config only (no weights), the memory plan, the command, and the launcher's DRY_RUN (its preflight, the composed config
 in WORK_DIR/outputs/launch_config.yaml, the plan). DEVICE=cpu runs the same stages on the CPU stand-ins (the
 cpu_smoke profile's hardware, the hf_cpu rollout) at a tiny size (SHARE_PROMPTS, ROLLOUT_N, RESPONSE_LENGTH,
-MICRO_BATCH, MODEL_SHAPE=tiny): the step's plumbing and report, not its figures.
+MICRO_BATCH, LOG_PROB_MICRO_BATCH, MODEL_SHAPE=tiny): the step's plumbing and report, not its figures.
 """
 
 from __future__ import annotations
@@ -27,22 +28,25 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
+
+from omegaconf import OmegaConf
 
 from harness.cpu_backend import ROLLOUT_NAME as CPU_ROLLOUT
 from harness.launch_output import run_passing_output
-from harness.probe import gpu_memory
-from harness.probe.projection import memory_plan, report, step_metrics
+from harness.probe import gpu_memory, memory_fit
+from harness.probe.projection import memory_plan, plan_lines, report, step_metrics
 from harness.probe.shapes import OF_MODEL, SHAPES, parameters
 from harness.probe.share import Share, ShareError, share_of
 from recipes.constants import REPO_ROOT
+from recipes.models import ModelSize
 
 NAME = "probe"
 DEVICES = ("gpu", "cpu")
 CPU_PROFILE = "cpu_smoke"  # DEVICE=cpu: the CPU stand-ins' hardware (hf_cpu rollout, gloo, FSDP2 on the CPU)
 PROFILE_MODEL = "Qwen/Qwen2.5-3B-Instruct"  # the tokenizer the hub gives when nothing else does
-SIZES = ("share_prompts", "rollout_n", "response_length", "micro_batch")
+SIZES = ("share_prompts", "rollout_n", "response_length", "micro_batch", "log_prob_micro_batch")
 
 
 class ProbeError(RuntimeError):
@@ -66,6 +70,7 @@ class ProbeKnobs:
     rollout_n: str
     response_length: str
     micro_batch: str
+    log_prob_micro_batch: str
 
     @classmethod
     def from_environ(cls, environ: dict[str, str]) -> ProbeKnobs:
@@ -138,16 +143,37 @@ class Probe:
         except Exception as err:  # hydra's composition errors: the profile's name or its content
             raise ProbeError(f"PROFILE={k.profile}: the launcher's config does not compose ({type(err).__name__}: "
                              f"{str(err).splitlines()[0] if str(err) else ''})") from None
+        self.node_config = config
         if k.device == "cpu" or any(getattr(k, name) for name in SIZES):
             share = share.sized_down(
                 int(k.share_prompts or share.prompts_per_gpu), int(k.rollout_n or share.n),
                 int(k.response_length or share.response_length), int(k.micro_batch or share.micro_batch),
-                CPU_ROLLOUT if k.device == "cpu" else share.rollout, one_worker=k.device == "cpu")
+                CPU_ROLLOUT if k.device == "cpu" else share.rollout, one_worker=k.device == "cpu",
+                log_prob_micro_batch=int(k.log_prob_micro_batch or share.log_prob_micro_batch))
         shape = k.model_shape or OF_MODEL.get(share.model, "")
         if not k.model_path and not shape:
             raise ProbeError(f"profile {k.profile} trains {share.model}, whose shape the probe has no table of: set "
                              f"MODEL_PATH to its folder, or MODEL_SHAPE to one of {', '.join(sorted(SHAPES))}")
         return share, shape
+
+    def plan(self, share: Share, size: ModelSize, model: Path) -> tuple[Share, memory_fit.Planned]:
+        """The memory plan's part: on a GPU, the log-prob passes at the profile's micro-batch where one GPU fits them
+        (LOG_PROB_MICRO_BATCH empty), else the largest that fits; the actor's planned peak for this run and for a GPU
+        of the profile's node."""
+        from recipes.launch.knobs import Knobs, compose_launch_config
+
+        k = self.knobs
+        gpu, source = memory_fit.gpu_memory(gpu_total_gib())
+        profile = CPU_PROFILE if k.device == "cpu" else k.profile
+        one = compose_launch_config(Knobs(profile=profile, model_path=str(model), data_dir=str(k.work / "data"),
+                                          n_gpus_per_node="1", nnodes="1"), self.overrides(share))
+        if k.device == "gpu" and not k.log_prob_micro_batch:
+            fitted = memory_fit.log_prob_micro_batch(one, size, gpu, share.micro_batch, share.log_prob_micro_batch)
+            share = replace(share, log_prob_micro_batch=fitted)
+            one = memory_fit.with_micro_batches(one, share.micro_batch, fitted)
+        profile_micro = int(OmegaConf.select(self.node_config, memory_fit.UPDATE_KEY))
+        return share, memory_fit.Planned(gpu, source, profile_micro, memory_fit.actor_peak(one, size, gpu),
+                                         memory_fit.actor_peak(self.node_config, size, gpu))
 
     def data(self, share: Share) -> Path:
         k = self.knobs
@@ -252,7 +278,8 @@ class Probe:
         model = self.model(shape, self.tokenizer())
         config = json.loads((model / "config.json").read_text())
         count = parameters(config)[0]
-        for line in memory_plan(share, count, int(config["vocab_size"]), gpu_total_gib()):
+        share, planned = self.plan(share, ModelSize.from_config("probe", config), model)
+        for line in memory_plan(share, count, int(config["vocab_size"]), gpu_total_gib()) + plan_lines(share, planned):
             self.log(line)
         env, args = self.launch_env(model, data), self.overrides(share)
         self.log("command: " + " ".join([f"PROFILE={env['PROFILE']}", f"MODEL_PATH={model}", f"DATA_DIR={data}",
@@ -278,7 +305,7 @@ class Probe:
         if not metrics:
             raise ProbeError(f"verl logged no step 1 (its file logger: {self.outputs / 'metrics.jsonl'}; log "
                              f"{log_file})")
-        lines, result = report(share, metrics, peaks, sampler.unavailable, count)
+        lines, result = report(share, metrics, peaks, sampler.unavailable, count, planned)
         for line in lines:
             self.log(line)
         print(result + f" wall_s={round(time.monotonic() - self.start)}", flush=True)

@@ -19,9 +19,9 @@ from omegaconf import DictConfig, OmegaConf
 GSM8K_TRAIN_ROWS = 7473  # GSM8K's train split: the run a projection is for
 FORCED_LENGTH = json.dumps({"ignore_eos": True})
 ROLLOUT = "actor_rollout_ref.rollout"
-MICRO_BATCHES = ("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
-                 "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
-                 f"{ROLLOUT}.log_prob_micro_batch_size_per_gpu")
+UPDATE_MICRO_BATCH = "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"
+LOG_PROB_MICRO_BATCHES = ("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
+                          f"{ROLLOUT}.log_prob_micro_batch_size_per_gpu")
 
 
 class ShareError(ValueError):
@@ -43,7 +43,8 @@ class Share:
     workers: int  # agent-loop workers, on all of them
     prompt_length: int
     response_length: int
-    micro_batch: int  # ppo_micro_batch_size_per_gpu: a GPU's, unchanged
+    micro_batch: int  # ppo_micro_batch_size_per_gpu, the update's: a GPU's, unchanged
+    log_prob_micro_batch: int  # the reference's and old log-probs' (the rollout's log_prob_micro_batch_size_per_gpu)
     rollout: str
     max_num_seqs: int
     memory_fraction: float  # SGLang's gpu_memory_utilization
@@ -71,8 +72,8 @@ class Share:
         return [f"data.train_batch_size={self.prompts_per_gpu}",
                 f"actor_rollout_ref.actor.ppo_mini_batch_size={self.mini_batch_per_gpu}",
                 f"{ROLLOUT}.agent.num_workers={self.workers_per_gpu}", f"{ROLLOUT}.n={self.n}",
-                f"data.max_response_length={self.response_length}",
-                *(f"{key}={self.micro_batch}" for key in MICRO_BATCHES),
+                f"data.max_response_length={self.response_length}", f"{UPDATE_MICRO_BATCH}={self.micro_batch}",
+                *(f"{key}={self.log_prob_micro_batch}" for key in LOG_PROB_MICRO_BATCHES),
                 "trainer.total_training_steps=1", "trainer.val_before_train=false", "trainer.test_freq=-1",
                 "trainer.save_freq=-1",
                 # the probe's rows are GSM8K's first ones, far under every profile's prompt limit: verl's overlong
@@ -81,19 +82,25 @@ class Share:
                 f"++{ROLLOUT}.engine_kwargs.{self.rollout}.preferred_sampling_params='{FORCED_LENGTH}'"]
 
     def sized_down(self, prompts_per_gpu: int, n: int, response_length: int, micro_batch: int, rollout: str,
-                   one_worker: bool = False) -> Share:
+                   one_worker: bool = False, log_prob_micro_batch: int | None = None) -> Share:
         """The same share at another size (a smaller micro-batch on a GPU; the CPU stand-ins' rehearsal, a size a CPU
-        runs): one GPU's prompts, the group size, the response limit and the micro-batches given, the rollout given;
-        one_worker: one agent-loop worker a GPU (each is a process to start)."""
+        runs): one GPU's prompts, the group size, the response limit and the micro-batches given (the log-prob passes'
+        the update's unless given), the rollout given; one_worker: one agent-loop worker a GPU (each is a process to
+        start)."""
         return replace(self, prompts=prompts_per_gpu * self.gpus, mini_batch=prompts_per_gpu * self.gpus, n=n,
                        response_length=response_length, micro_batch=micro_batch, rollout=rollout,
+                       log_prob_micro_batch=log_prob_micro_batch or micro_batch,
                        workers=self.gpus if one_worker else self.workers)
+
+    def passes(self, micro_batch: int) -> int:
+        """Forward (or forward and backward) passes of a GPU's trajectories at this micro-batch."""
+        return -(-self.trajectories_per_gpu // micro_batch)
 
     def plan_lines(self) -> list[str]:
         return [f"share      {self.profile}: {self.prompts} prompts x {self.n} over {self.gpus} GPU(s) -> one GPU runs "
                 f"{self.prompts_per_gpu} prompts, {self.trajectories_per_gpu} trajectories; mini-batch "
-                f"{self.mini_batch_per_gpu} prompts, micro-batch {self.micro_batch}; {self.workers_per_gpu} of "
-                f"{self.workers} agent-loop workers",
+                f"{self.mini_batch_per_gpu} prompts, micro-batch {self.micro_batch} (the log-prob passes' "
+                f"{self.log_prob_micro_batch}); {self.workers_per_gpu} of {self.workers} agent-loop workers",
                 f"lengths    prompts up to {self.prompt_length}, every response run to {self.response_length} tokens "
                 f"(ignore_eos): at most {self.trajectories_per_gpu * self.response_length:,} generated tokens",
                 f"rollout    {self.rollout}: max_num_seqs {self.max_num_seqs}, gpu_memory_utilization "
@@ -116,7 +123,8 @@ def share_of(config: DictConfig, profile: str) -> Share:
                  workers=int(_get(config, f"{ROLLOUT}.agent.num_workers")),
                  prompt_length=int(_get(config, "data.max_prompt_length")),
                  response_length=int(_get(config, "data.max_response_length")),
-                 micro_batch=int(_get(config, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu")),
+                 micro_batch=int(_get(config, UPDATE_MICRO_BATCH)),
+                 log_prob_micro_batch=int(_get(config, LOG_PROB_MICRO_BATCHES[1])),
                  rollout=str(_get(config, f"{ROLLOUT}.name")),
                  max_num_seqs=int(_get(config, f"{ROLLOUT}.max_num_seqs")),
                  memory_fraction=float(_get(config, f"{ROLLOUT}.gpu_memory_utilization")), run_steps=steps)

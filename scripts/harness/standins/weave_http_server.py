@@ -177,9 +177,10 @@ class WandbStandIn:
 class LoopbackWandb:
     """A running stand-in: its URL, the env a process needs to use it, and stop/start for outages."""
 
-    def __init__(self, entity: str, port: int = 0, config_dir: str | None = None, **app_kwargs) -> None:
+    def __init__(self, entity: str, port: int = 0, config_dir: str | None = None, host: str = "127.0.0.1",
+                 **app_kwargs) -> None:
         self.app = WandbStandIn(entity, **app_kwargs)
-        self.http = LoopbackHTTPServer(self.app, port=port, limits=WANDB_LIMITS)
+        self.http = LoopbackHTTPServer(self.app, host=host, port=port, limits=WANDB_LIMITS)
         self.entity = entity
         self.config_dir = config_dir
 
@@ -217,11 +218,12 @@ class LoopbackWandb:
 
 
 @contextlib.contextmanager
-def loopback_wandb(entity: str = "loopback-entity", **app_kwargs) -> Iterator[LoopbackWandb]:
-    """A running W&B stand-in on 127.0.0.1 with a throwaway WANDB_CONFIG_DIR; stopped on exit."""
+def loopback_wandb(entity: str = "loopback-entity", host: str = "127.0.0.1", **app_kwargs) -> Iterator[LoopbackWandb]:
+    """A running W&B stand-in on 127.0.0.1 (or `host`: an address of this machine that namespaced nodes reach) with a
+    throwaway WANDB_CONFIG_DIR; stopped on exit."""
     with tempfile.TemporaryDirectory(prefix="wandb-config-") as config_dir:
         Path(config_dir, "settings").write_text("[default]\n")
-        server = LoopbackWandb(entity, config_dir=config_dir, **app_kwargs).start()
+        server = LoopbackWandb(entity, config_dir=config_dir, host=host, **app_kwargs).start()
         try:
             yield server
         finally:
