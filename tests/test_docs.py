@@ -367,9 +367,10 @@ GSM8K_TRAIN_ROWS = 7473
 
 def test_the_profiles_batch_schedule_in_configuration_md_is_the_configs():
     """configuration.md says, for each profile that changes the batch, its prompts a step, its steps and the PPO
-    updates each step makes: what the composed config gives (recipes/launch/algorithm.py reads verl's rules)."""
-    from recipes.launch.algorithm import schedule_of
+    updates each step makes: what the composed config gives (recipes/preflight/schedule.py reads verl's rules)."""
+    from recipes.config_view import ConfigView
     from recipes.launch.knobs import Knobs, compose_launch_config
+    from recipes.preflight.schedule import schedule_of
 
     text = (Path(__file__).resolve().parents[1] / "docs" / "configuration.md").read_text()
     item = text[text.index("Two of them change the batch"):].split("\n3. ", 1)[0]
@@ -377,7 +378,7 @@ def test_the_profiles_batch_schedule_in_configuration_md_is_the_configs():
     assert {c[0] for c in claims} >= {"4gpu", "multinode"}, item
     for profile, prompts, steps, rest in claims:
         updates = re.search(r"\b(one|two|three|four|\d+) (?:PPO )?updates?\b", rest)
-        schedule = schedule_of(compose_launch_config(Knobs(profile=profile)))
+        schedule = schedule_of(ConfigView.of(compose_launch_config(Knobs(profile=profile))))
         assert int(prompts) == schedule.prompts, f"{profile}: {prompts} prompts a step"
         assert int(steps) == GSM8K_TRAIN_ROWS // schedule.prompts * schedule.epochs, f"{profile}: {steps} steps"
         assert updates, f"configuration.md says nothing of {profile}'s updates a step: {rest}"
@@ -400,12 +401,25 @@ def test_first_use_kernels_never_says_the_census_lacks_a_module_it_holds(repo_ro
 
 
 def script_defaults(repo_root) -> dict[str, set[str]]:
-    """{knob: its defaults} over the scripts' `NAME=${NAME:-default}` lines."""
-    found: dict[str, set[str]] = {}
+    """{knob: its defaults} over the scripts' `NAME=${NAME:-default}` lines and the launcher's declared knobs."""
+    from dataclasses import fields
+
+    from recipes.launch.knobs import Knobs
+
+    found: dict[str, set[str]] = {f.name.upper(): {f.default} for f in fields(Knobs)}
     for script in (repo_root / "scripts").glob("*.sh"):
         for name, default in re.findall(r"^(?:export )?([A-Z][A-Z0-9_]*)=\$\{\1:?-([^}]*)\}", script.read_text(), re.M):
             found.setdefault(name, set()).add(default)
     return found
+
+
+def test_configuration_md_names_every_launcher_knob(repo_root):
+    """The knobs' list in configuration.md ("Three layers") holds each knob recipes/launch/knobs.py declares."""
+    from recipes.launch.knobs import Knobs
+
+    text = (repo_root / "docs" / "configuration.md").read_text()
+    item = text[text.index("3. **Launcher knobs**"):].split("\n\n", 1)[0]
+    assert [name for name in Knobs.names() if f"`{name}`" not in item] == []
 
 
 def test_a_knobs_documented_default_is_a_scripts(pages, repo_root):
@@ -459,7 +473,7 @@ def test_the_trace_budgets_error_suggests_a_budget_of_at_least_one_group():
     """`TRACE_GB_PER_DAY=abc`: the example the error gives must trace a whole group of the default profile, not be
     clamped up to one."""
     from recipes.launch.knobs import Knobs, compose_launch_config
-    from recipes.launch.trace_budget import parse_budget
+    from recipes.preflight.trace_budget import parse_budget
     from recipes.tracing.volume import TraceBudgetError, TraceShape, volume
 
     with pytest.raises(TraceBudgetError) as refused:

@@ -71,25 +71,26 @@ def test_every_profile_dry_runs(prepared_data_dir, default_dry_run, request, tmp
     assert OmegaConf.select(planned.launch.config, "algorithm.adv_estimator") == "grpo"
 
 
-def test_the_shell_launcher_hands_its_knobs_to_the_entry_point_with_the_same_defaults(tmp_path):
-    """scripts/run_gsm8k_grpo.sh's `VAR=${VAR:-default}` lines and recipes.launch.knobs.Knobs agree: what the script
-    hands over with no knob set is what Knobs() resolves to (a PYTHON that records its environment stands in for
-    the interpreter, so nothing runs)."""
+def test_the_shell_launcher_is_a_thin_front_over_the_declared_knobs(tmp_path):
+    """scripts/run_gsm8k_grpo.sh declares no knob: it picks the Python and hands the environment on as it is, so
+    the entry point reads every knob, defaults included, from their one declaration (recipes/launch/knobs.py); a
+    PYTHON that records its environment stands in for the interpreter, so nothing runs."""
     recorder = tmp_path / "python"
     got_file = tmp_path / "got"
     recorder.write_text(f"#!{sys.executable}\nimport json, os, sys\n"
                         "json.dump({'argv': sys.argv[1:], 'env': dict(os.environ)}, "
                         f"open({str(got_file)!r}, 'w'))\n")
     recorder.chmod(0o755)
-    env = clean_environ(PYTHON=str(recorder), HOME=str(tmp_path))
+    env = clean_environ(PYTHON=str(recorder), HOME=str(tmp_path), PROFILE="4gpu")
     proc = subprocess.run(["bash", str(REPO_ROOT / "scripts" / "run_gsm8k_grpo.sh"), "trainer.total_epochs=1"],
                           env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     got = json.loads((tmp_path / "got").read_text())
     assert got["argv"] == ["-m", "recipes.launch", "trainer.total_epochs=1"]
-    handed = Knobs.from_environ(got["env"])
-    assert handed == Knobs(python=str(recorder), data_dir=f"{tmp_path}/data/gsm8k")
-    assert set(Knobs.names()) <= set(got["env"]), "a knob the entry point reads is not exported by the script"
+    assert {name for name in Knobs.names() if name in got["env"]} == {"PYTHON", "PROFILE"}
+    assert Knobs.from_environ(got["env"]) == Knobs(python=str(recorder), profile="4gpu")
+    script = (REPO_ROOT / "scripts" / "run_gsm8k_grpo.sh").read_text()
+    assert not re.findall(r"^[A-Z][A-Z0-9_]*=\$\{", script, re.M), "a knob declared in the script"
 
 
 def test_the_shell_launcher_dry_runs_end_to_end(prepared_data_dir, tmp_path):
@@ -345,8 +346,9 @@ def test_a_hub_model_id_and_an_existing_model_folder_pass(preflight_script, laun
 def test_the_plan_says_when_nothing_is_checkpointed():
     from recipes.launch.plan import plan_rows
     from recipes.preflight.compose import compose_config
+    from recipes.preflight.facts import facts_of
 
-    schedule = dict(plan_rows(compose_config(["profile=1gpu_smoke"])))["schedule"]
+    schedule = dict(plan_rows(facts_of(compose_config(["profile=1gpu_smoke"]))))["schedule"]
     assert schedule == "2 steps (trainer.total_training_steps); validation every 2 steps, no checkpoints " \
                        "(trainer.save_freq=-1)"
 
@@ -381,10 +383,11 @@ def gsm8k_sized(tmp_path_factory):
 def profile_plan(folder, profile: str, *extra: str) -> dict[str, str]:
     from recipes.launch.plan import plan_rows
     from recipes.preflight.compose import compose_config
+    from recipes.preflight.facts import facts_of
 
     overrides = [f"profile={profile}", f"data.train_files={folder}/train.parquet",
                  f"data.val_files={folder}/test.parquet", *extra]
-    return dict(plan_rows(compose_config(overrides), None, overrides))
+    return dict(plan_rows(facts_of(compose_config(overrides)), None, overrides))
 
 
 def test_the_plan_says_updates_steps_and_what_validation_scores(gsm8k_sized):

@@ -11,13 +11,22 @@ import sys
 import pytest
 
 import record_measured as measured
+from recipes.config_view import ConfigView
 from recipes.constants import REPO_ROOT
 from recipes.launch.knobs import KnobError, Knobs
-from recipes.models import model_size
+from recipes.models import model_size, resolve_model
 from recipes.preflight.compose import compose_config
 from recipes.preflight.findings import Report
 from recipes.preflight.hub_model import check_hub_model
-from recipes.preflight.memory import GIB, MICRO_KEYS, check_memory, gpu_memory, plan_memory, train_activation_bytes
+from recipes.preflight.memory import (
+    GIB,
+    MICRO_KEYS,
+    check_memory,
+    gpu_memory,
+    plan_for,
+    plan_memory,
+    train_activation_bytes,
+)
 from testkit.hf_cache import HubAPI, write_cached_model, write_hub_cache
 from testkit.launcher import clean_environ, plan, run_script
 
@@ -32,7 +41,7 @@ def test_the_plan_matches_the_one_gpu_measurement():
     """The 1-GPU smoke (0.5B shape, micro-batches of 4 trajectories of ~880 tokens: ~3.5k packed tokens) peaked at
     verl's actor/perf/max_memory_allocated_gb; the plan's actor at that shape (shards, gathered blocks, activations)
     is within 10% of it."""
-    config = compose_config(["profile=1gpu_smoke"])
+    config = ConfigView.of(compose_config(["profile=1gpu_smoke"]))
     size, _ = model_size("Qwen/Qwen2.5-0.5B-Instruct")
     plan = plan_memory(config, size, "table", 79.2, "the smoke's H100")
     gathered = (2 * 2 * 2 * size.layer_parameters + 2 * size.embedding_parameters) / GIB
@@ -65,10 +74,11 @@ def test_3b_full_fine_tuning_on_one_gpu_is_refused_with_the_cheapest_fix_that_fi
 def test_each_gpu_profile_fits_the_gpus_it_is_for(profile, gpus, gb):
     """The plan of each hardware profile (its dry run: test_launch_dry_run.py) on the GPUs its name says, with room
     for the estimate's error."""
-    config = compose_config([f"profile={profile}"])
+    view = ConfigView.of(compose_config([f"profile={profile}"]))
     report = Report()
-    plan = check_memory(config, report, {"GPU_MEMORY_GB": str(gb), "PATH": "/nonexistent"})
-    assert report.errors == report.warnings == [] and config.trainer.n_gpus_per_node == gpus
+    plan, _ = plan_for(view, resolve_model(view.model_path), gb, {"PATH": "/nonexistent"})
+    check_memory(view, plan, report)
+    assert report.errors == report.warnings == [] and view.gpus_per_node == gpus
     assert plan.gpu == gb and plan.peak <= 0.85 * gb, plan.row()
 
 
@@ -76,18 +86,19 @@ def test_the_gpus_memory_comes_from_nvidia_smi_else_the_knob_else_80(tmp_path):
     smi = tmp_path / "nvidia-smi"
     smi.write_text("#!/bin/sh\necho 24564\necho 24564\n")  # --query-gpu=memory.total in MiB, one line a GPU
     smi.chmod(0o755)
-    assert gpu_memory({"PATH": str(tmp_path), "GPU_MEMORY_GB": "80"}) == (24564 / 1024, "nvidia-smi")
-    assert gpu_memory({"PATH": "/nonexistent", "GPU_MEMORY_GB": "40"}) == (40.0, "GPU_MEMORY_GB")
-    assert gpu_memory({"PATH": "/nonexistent"})[0] == 80.0
+    assert gpu_memory(80, {"PATH": str(tmp_path)}) == (24564 / 1024, "nvidia-smi")
+    assert gpu_memory(40, {"PATH": "/nonexistent", "GPU_MEMORY_GB": "24"}) == (40.0, "GPU_MEMORY_GB")
+    assert gpu_memory(None, {"PATH": "/nonexistent", "GPU_MEMORY_GB": "24"})[0] == 80.0  # the knob, not the env
     with pytest.raises(KnobError, match="GPU_MEMORY_GB must be a GPU's memory in GB"):
         Knobs(gpu_memory_gb="lots").check({})
 
 
 def test_smaller_micro_batches_shrink_the_plan_where_the_logits_dominate():
-    config = compose_config(["profile=8xh100"])
+    config = ConfigView.of(compose_config(["profile=8xh100"]))
     size, _ = model_size(QWEN_3B)
     at16 = plan_memory(config, size, "", 80, "")
-    at8 = plan_memory(compose_config(["profile=8xh100", *[f"{k}=8" for k in MICRO_KEYS]]), size, "", 80, "")
+    at8 = plan_memory(ConfigView.of(compose_config(["profile=8xh100", *[f"{k}=8" for k in MICRO_KEYS]])), size, "",
+                      80, "")
     assert at16.activations > 1.8 * at8.activations and at16.phases["rollout"] == at8.phases["rollout"]
 
 
@@ -115,8 +126,8 @@ def test_a_hub_id_is_asked_of_the_hub_when_online(prepared_data_dir, tmp_path, m
         monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
         environ = {"HF_ENDPOINT": hub.url, "HF_HUB_OFFLINE": "0"}
         missing, right = Report(), Report()
-        check_hub_model(compose_config(["actor_rollout_ref.model.path=Qwen/Qwen2.5-3B-Instrcut"]), missing, environ)
-        check_hub_model(compose_config([]), right, environ)
+        check_hub_model(resolve_model("Qwen/Qwen2.5-3B-Instrcut"), missing, environ)
+        check_hub_model(resolve_model(QWEN_3B), right, environ)
     assert hub.asked == [TYPO, "Qwen/Qwen2.5-3B-Instrcut", QWEN_3B]
     assert missing.errors == [f"actor_rollout_ref.model.path: Qwen/Qwen2.5-3B-Instrcut is not a model on the hub "
                               f"({hub.url}; a private one needs HF_TOKEN): did you mean {QWEN_3B}?"]
@@ -219,3 +230,37 @@ def test_the_evaluation_takes_the_gpus_it_finds_and_warns_of_no_training_step(pr
     assert proc.returncode == 0, proc.stderr
     assert "#   hardware  1 node(s) x 2 GPU(s)" in proc.stdout
     assert "trajectories of a step" not in proc.stderr
+
+
+def test_every_check_finds_a_hub_model_in_the_cache_hf_hub_cache_names(tmp_path, monkeypatch):
+    """HF_HUB_CACHE set after huggingface_hub read its own (as the suite's in-process dry runs set it, verl and
+    transformers imported): the hub check, the memory plan and the checkpoint sizing all read the model from that
+    one cache. Before, the checkpoint sizing asked huggingface_hub's default and found nothing."""
+    import json
+    import struct
+
+    import huggingface_hub.constants  # noqa: F401 -- its HF_HUB_CACHE read now, before the one set below
+
+    from recipes.preflight.facts import facts_of
+    from recipes.preflight.storage import check_checkpoint_space, model_parameter_count
+
+    cache = tmp_path / "elsewhere"
+    snapshot = write_cached_model(cache, "Qwen/Qwen2.5-0.5B-Instruct",
+                                  {"hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24,
+                                   "num_attention_heads": 14, "num_key_value_heads": 2, "vocab_size": 151936,
+                                   "tie_word_embeddings": True})
+    header = json.dumps({"embed": {"dtype": "BF16", "shape": [151936, 896], "data_offsets": [0, 0]}}).encode()
+    (snapshot / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header)
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+    facts = facts_of(compose_config(["profile=1x24gb", f"trainer.default_local_dir={tmp_path}/ckpt"]))
+    assert facts.model.folder == snapshot
+    hub, space = Report(), Report()
+    check_hub_model(facts.model, hub)
+    assert hub.errors == [] and hub.notes[0].startswith(f"model: Qwen/Qwen2.5-0.5B-Instruct is in the local Hugging "
+                                                        f"Face cache {cache} (HF_HUB_OFFLINE=1")
+    assert facts.memory.size_source == "config.json in the HF cache"
+    assert model_parameter_count(facts.model) == 151936 * 896
+    check_checkpoint_space(facts.view, 435, facts.model, space)
+    assert not [w for w in space.warnings if "cannot size the checkpoints" in w]

@@ -1,7 +1,7 @@
 """The launcher: `python -m recipes.launch [hydra overrides]`, with the knobs in its environment.
 
 scripts/run_gsm8k_grpo.sh is its usual front (the knobs, their defaults and --help); this program does the rest:
-- PRINT_OUTPUT_DIR=1: print OUTPUT_DIR as resolved and exit (scripts/eval_gsm8k.sh);
+- PRINT_OUTPUT_DIR=1: print OUTPUT_DIR as resolved and exit (scripts/eval_gsm8k.sh, the SLURM batch script);
 - CHECK_ONLY=1: the preflight a launch on this node runs, with a line per GPU-node check (GPUs, driver, CUDA and
   host compilers, SGLang's header, the first-use kernels the caches lack), then a verdict; nothing started;
 - DRY_RUN=1: the preflight, the plan, the side processes and main_ppo's command; the composed config written to
@@ -105,8 +105,6 @@ def submit(launch: Launch, environ) -> int:
 
 
 def train(launch: Launch, environ) -> int:
-    from omegaconf import OmegaConf
-
     from recipes.export.provenance import write_run_record
     from recipes.launch.plan import LEGACY_TRAINER_NOTE
     from recipes.launch.training import run_training
@@ -115,14 +113,14 @@ def train(launch: Launch, environ) -> int:
         return 1
     write_run_record(launch.config)  # what the checkpoints will be of: a resume of another model is refused
     _say_where_traces_go(launch, volume=True)
-    if not OmegaConf.select(launch.config, "trainer.use_v1"):
+    if not launch.facts.view.use_v1:
         print(f"[launch] trainer: {LEGACY_TRAINER_NOTE}", file=sys.stderr)
     for note in launch.notes:
         print(f"[launch] {note}", file=sys.stderr)
-    if OmegaConf.select(launch.config, "trainer.val_only"):  # an evaluation says what it scores, whatever the profile
-        from recipes.launch.algorithm import validation_line
+    if launch.facts.view.val_only:  # an evaluation says what it scores, whatever the profile
+        from recipes.launch.plan import validation_line
 
-        print(f"[launch] evaluating {validation_line(launch.config)}", file=sys.stderr)
+        print(f"[launch] evaluating {validation_line(launch.facts.view, launch.facts.schedule)}", file=sys.stderr)
     return run_training(launch)
 
 

@@ -12,9 +12,11 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from recipes.config_view import ConfigView
 from recipes.constants import AGENT_NAME, AGENT_NAME_NO_TOOLS, CPU_ROLLOUT_NAME, REPO_ROOT
 from recipes.credentials import has_wandb_credentials, wandb_host
-from recipes.models import looks_like_a_local_path
+from recipes.models import ModelSource, looks_like_a_local_path
+from recipes.preflight.facts import RunFacts
 from recipes.preflight.findings import Report
 from recipes.preflight.hub_model import check_hub_model
 from recipes.preflight.jit_toolchain import check_jit_toolchain
@@ -96,23 +98,21 @@ def asked_agent_loops(config: DictConfig) -> set[str]:
     return names
 
 
-def check_model(config: DictConfig, report: Report) -> None:
+def check_model(model: ModelSource, report: Report) -> None:
     """A model folder that is not there (a typo, an export not made yet) would fail only after Ray has started;
     a hub id is fetched then and cannot be checked here."""
-    model = str(config.actor_rollout_ref.model.path)
-    if not looks_like_a_local_path(model):
+    if not looks_like_a_local_path(model.name):
         return
-    folder = Path(os.path.expanduser(model))
-    where = "" if folder.is_absolute() else f" (relative to {Path.cwd()}, where the launcher runs)"
-    if not folder.is_dir():
-        report.error(f"actor_rollout_ref.model.path: {model} does not exist{where}; set MODEL_PATH to a model "
+    where = "" if model.folder.is_absolute() else f" (relative to {Path.cwd()}, where the launcher runs)"
+    if not model.folder.is_dir():
+        report.error(f"actor_rollout_ref.model.path: {model.name} does not exist{where}; set MODEL_PATH to a model "
                      "folder (scripts/export_checkpoint.py makes one from a checkpoint) or a hub id "
                      "(Qwen/Qwen2.5-3B-Instruct)")
-    elif not (folder / "config.json").is_file():
-        report.error(f"actor_rollout_ref.model.path: {model} has no config.json{where}: not a Hugging Face model "
+    elif not (model.folder / "config.json").is_file():
+        report.error(f"actor_rollout_ref.model.path: {model.name} has no config.json{where}: not a Hugging Face model "
                      "folder (scripts/export_checkpoint.py turns a checkpoint into one)")
     else:
-        check_transformers_version(folder / "config.json", report)
+        check_transformers_version(model.folder / "config.json", report)
 
 
 def check_transformers_version(config_file: Path, report: Report) -> None:
@@ -270,39 +270,37 @@ def count_visible_gpus() -> int | None:
     return None
 
 
-def check_wandb(config: DictConfig, report: Report, traces_offline: bool | None = None) -> None:
-    loggers = OmegaConf.select(config, "trainer.logger") or []
-    traces = OmegaConf.select(config, "actor_rollout_ref.rollout.trace.backend") == "weave"
-    if traces_offline is None:  # the launcher says; the command line reads the knob
-        traces_offline = os.environ.get("TRACE_RELAY") == "offline"
-    traces = traces and not traces_offline  # air-gapped: kept on disk, uploaded later
-    uses = [x for x in ("wandb" in list(loggers) and "wandb logger", traces and "weave trace") if x]
+def check_wandb(view: ConfigView, report: Report, traces_offline: bool = False) -> None:
+    """traces_offline: TRACE_RELAY=offline, the traces kept on disk and uploaded later (no key needed for them)."""
+    traces = view.traces and not traces_offline
+    uses = [x for x in ("wandb" in view.logger and "wandb logger", traces and "weave trace") if x]
     if uses and not has_wandb_credentials():
         report.error(f"{' and '.join(uses)} need W&B credentials: export WANDB_API_KEY=... (or `wandb login` for "
                      f"{wandb_host()}), or turn them off with LOGGER=console TRACE=off")
 
 
-def run_all(config: DictConfig, launch: bool = False, submit: bool = False,
-            traces_offline: bool | None = None) -> Report:
+def run_all(facts: RunFacts, report: Report | None = None, launch: bool = False, submit: bool = False,
+            traces_offline: bool = False) -> Report:
     """launch: about to start on this node (GPUs, credentials, disk); submit: about to go to a Ray cluster;
-    traces_offline: TRACE_RELAY=offline (no W&B key needed for traces; None: read from the environment)."""
-    report = Report()
-    tool_path = OmegaConf.select(config, "actor_rollout_ref.rollout.multi_turn.tool_config_path")
+    traces_offline: TRACE_RELAY=offline (no W&B key needed for traces)."""
+    report = report or Report()
+    config, view, model = facts.config, facts.view, facts.model
+    tool_path = view.tool_config_path
     tool_names = _tool_names_in_yaml(tool_path, report) if tool_path else []  # no tools: data must offer none
-    train_rows = check_data(config, tool_names, report)
-    check_schedule(config, report)
-    check_model(config, report)
-    check_hub_model(config, report)
+    check_data(config, tool_names, report)
+    check_schedule(view, facts.schedule, report)
+    check_model(model, report)
+    check_hub_model(model, report)
     check_resume(config, report)
     check_reward(config, report)
     check_agent_loops(config, report)
     check_modules_are_ours(report)
     check_tracing(config, report)
-    check_prompt_lengths(config, report)
-    check_sglang_model(config, report)
-    check_lora_with_sglang(config, report)
-    check_rollout_concurrency(config, report)
-    check_memory(config, report)
+    check_prompt_lengths(config, report, model)
+    check_sglang_model(config, report, model)
+    check_lora_with_sglang(view, report)
+    check_rollout_concurrency(view, report)
+    check_memory(view, facts.memory, report)
     check_tool_timeout(config, report)
     check_shared_outputs(config, report)
     check_cpu_rollout(config, report)
@@ -310,8 +308,8 @@ def run_all(config: DictConfig, launch: bool = False, submit: bool = False,
         check_gpus(config, report)
         check_gpu_env(config, report)  # driver, locked versions, attention implementation
         # the compilers SGLang and FlashInfer use at first use, their caches and what the model needs there
-        check_jit_toolchain(report, model=str(config.actor_rollout_ref.model.path))
+        check_jit_toolchain(report, model=model.name)
     if launch or submit:
-        check_wandb(config, report, traces_offline)
-        check_checkpoint_space(config, report, train_rows)
+        check_wandb(view, report, traces_offline)
+        check_checkpoint_space(view, facts.schedule.steps, model, report)
     return report

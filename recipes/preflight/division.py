@@ -5,27 +5,18 @@ preflight says them first, in one line with the counts that would work."""
 
 from __future__ import annotations
 
-from omegaconf import DictConfig, OmegaConf
-
-
-def _get(config: DictConfig, key: str, default=None):
-    value = OmegaConf.select(config, key)
-    return default if value is None else value
+from recipes.config_view import ConfigView
 
 
 def _divides(gpus: int, trajectories: int, update: int, tp: int) -> bool:
     return trajectories % gpus == 0 and update % gpus == 0 and gpus % tp == 0
 
 
-def division_problems(config: DictConfig) -> list[str]:
+def division_problems(view: ConfigView) -> list[str]:
     """One line per way the GPU count does not divide the step (empty: it does, or verl's dynamic batching sizes
     the micro-batches itself)."""
-    nodes, per_node = int(_get(config, "trainer.nnodes", 1)), int(_get(config, "trainer.n_gpus_per_node", 1))
-    gpus = nodes * per_node
-    tp = int(_get(config, "actor_rollout_ref.rollout.tensor_model_parallel_size", 1))
-    n = int(_get(config, "actor_rollout_ref.rollout.n", 1))
-    prompts = int(_get(config, "data.train_batch_size", 1))
-    mini = int(_get(config, "actor_rollout_ref.actor.ppo_mini_batch_size", prompts))
+    nodes, per_node, gpus = view.nnodes, view.gpus_per_node, view.gpus
+    tp, n, prompts, mini = view.tensor_parallel, view.rollout_n, view.train_batch_size, view.mini_batch
     trajectories, update = prompts * n, mini * n
     if _divides(gpus, trajectories, update, tp):
         return []

@@ -8,11 +8,8 @@ from __future__ import annotations
 
 import difflib
 import os
-from pathlib import Path
 
-from omegaconf import DictConfig
-
-from recipes.models import cached_file, cached_model_ids, hub_cache_dir, looks_like_a_local_path, qwen25_hub_ids
+from recipes.models import ModelSource, cached_model_ids, qwen25_hub_ids
 from recipes.preflight.findings import Report
 
 HUB_TIMEOUT_S = 10
@@ -55,12 +52,12 @@ def ask_hub(model: str, environ=None) -> tuple[str, str]:
     return "found", str(getattr(info, "id", None) or model)
 
 
-def check_hub_model(config: DictConfig, report: Report, environ=None) -> None:
-    model = str(config.actor_rollout_ref.model.path)
-    if looks_like_a_local_path(model) or Path(os.path.expanduser(model)).exists():
+def check_hub_model(source: ModelSource, report: Report, environ=None) -> None:
+    if source.local:
         return  # a folder: checks.check_model
+    model = source.name
     endpoint = hub_endpoint(environ)
-    cached = cached_file(model) is not None
+    cached = source.folder is not None
     if hub_offline(environ):
         asked = "HF_HUB_OFFLINE=1: the cache was asked, not the hub"
     else:
@@ -77,7 +74,7 @@ def check_hub_model(config: DictConfig, report: Report, environ=None) -> None:
                          f"needs HF_TOKEN){_did_you_mean(model)}")
             return
         asked = f"the hub ({endpoint}) did not answer ({detail}), so the cache was asked"
-    where = f"the local Hugging Face cache {hub_cache_dir()}"
+    where = f"the local Hugging Face cache {source.cache}"
     if cached:
         report.note(f"model: {model} is in {where} ({asked})")
     else:

@@ -1,6 +1,6 @@
 """What a run's traces weigh, and which GRPO groups a step traces: the one home of that arithmetic.
 
-The launcher's plan and its TRACE_GB_PER_DAY budget (recipes/launch/trace_budget.py), the agent-loop workers'
+The launcher's plan and its TRACE_GB_PER_DAY budget (recipes/preflight/trace_budget.py), the agent-loop workers'
 rotation (recipes/gsm8k/worker.py), the trace tally and the rollout benchmark read it from here.
 
     traced a step   = G groups x n rollouts (+ G x val_n a validation, every test_freq steps)
@@ -19,6 +19,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from recipes.config_view import GROUPS_KEY as GROUPS_KEY  # the recipe's key, said where the trace budget lives
+from recipes.config_view import ConfigView
+
 # Bytes W&B receives per traced trajectory of the recipe (its root, chat call, and per turn a generate, a parse and
 # a tool call, in a GRPO thread with the group's figures): docs/measured.md#trace_bytes_per_trajectory,
 # measured by scripts/bench_rollout.py at the production mix of turns (tests/test_trace_volume.py holds them equal).
@@ -28,9 +31,6 @@ TRACE_BYTES_PER_TRAJECTORY = 23_682
 STEP_SECONDS_ESTIMATE = 60
 FREE_PLAN_GB_PER_MONTH = 1.0  # W&B's free plan: Weave data ingested a month
 DAYS_PER_MONTH = 365.25 / 12
-# The recipe's own key (verl reads nothing under `recipe`): GRPO groups traced a step, set by TRACE_GB_PER_DAY.
-# Not under rollout.trace, whose dataclass refuses fields verl does not know.
-GROUPS_KEY = "recipe.trace_groups_per_step"
 # verl's own: the prompts each agent-loop worker traces a step (all their rollouts)
 PER_WORKER_KEY = "actor_rollout_ref.rollout.trace.max_samples_per_step_per_worker"
 
@@ -39,15 +39,9 @@ class TraceBudgetError(ValueError):
     """A budget or tracing setting the launcher refuses; the message is the one line the user sees."""
 
 
-def _select(config: Any, key: str) -> Any:
-    from omegaconf import OmegaConf
-
-    return OmegaConf.select(config, key)
-
-
 @dataclass(frozen=True)
 class TraceShape:
-    """What sets a run's trace volume, read from its composed config (a DictConfig, or hydra's saved copy)."""
+    """What sets a run's trace volume, read from its composed config's view."""
 
     prompts: int  # data.train_batch_size: GRPO groups a step
     n: int  # rollout.n
@@ -59,21 +53,13 @@ class TraceShape:
     steps: int | None  # trainer.total_training_steps, if set
 
     @classmethod
-    def of(cls, config: Any) -> TraceShape:
-        from omegaconf import OmegaConf
-
-        if not OmegaConf.is_config(config):
-            config = OmegaConf.create(config)
-        rollout = "actor_rollout_ref.rollout"
-        steps = _select(config, "trainer.total_training_steps")
-        groups = _select(config, GROUPS_KEY)
-        per_worker = _select(config, PER_WORKER_KEY)
-        return cls(prompts=int(_select(config, "data.train_batch_size")), n=int(_select(config, f"{rollout}.n")),
-                   workers=int(_select(config, f"{rollout}.agent.num_workers")),
-                   val_n=int(_select(config, f"{rollout}.val_kwargs.n") or 1),
-                   test_freq=int(_select(config, "trainer.test_freq") or 0),
-                   per_worker=None if per_worker is None else int(per_worker),
-                   groups=None if groups is None else int(groups), steps=None if steps is None else int(steps))
+    def of(cls, config: ConfigView | Any, steps: int | None = None) -> TraceShape:
+        """From the config's view (or a composed config, a DictConfig or hydra's saved copy); `steps`: the run's, where
+        trainer.total_training_steps does not set them."""
+        view = config if isinstance(config, ConfigView) else ConfigView.of(config)
+        return cls(prompts=view.train_batch_size, n=view.rollout_n, workers=view.agent_workers, val_n=view.val_n,
+                   test_freq=view.test_freq, per_worker=view.trace_per_worker, groups=view.trace_groups,
+                   steps=view.total_training_steps or steps)
 
     @property
     def prompts_per_worker(self) -> int:

@@ -44,7 +44,7 @@ class Planned:
 
     def row(self, key: str) -> str:
         """A row of the plan DRY_RUN prints (model, data, tools, hardware, batch, ...)."""
-        return dict(plan_rows(self.launch.config, self.launch.config_file, self.launch.overrides))[key]
+        return dict(plan_rows(self.launch.facts, self.launch.config_file, self.launch.overrides))[key]
 
 
 def plan(data_dir, *overrides: str, **env: str) -> Planned:
