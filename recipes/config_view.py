@@ -101,6 +101,12 @@ class ConfigView:
     default_local_dir: str = key("trainer.default_local_dir", "")
     rollout_data_dir: str = key("trainer.rollout_data_dir", "")
     validation_data_dir: str = key("trainer.validation_data_dir", "")
+    # the recipe's own: what the profile is for (config/gsm8k_multiturn_grpo.yaml `recipe`, a profile's own)
+    card_gb: float | None = key("recipe.gpu_memory_gb")  # the card's memory
+    step_seconds: tuple[float, ...] = key("recipe.step_time.seconds", ())  # a training step's: shortest, longest
+    step_model: str | None = key("recipe.step_time.model")  # the model size those seconds are for
+    step_source: str = key("recipe.step_time.source", "")  # where the figure comes from: estimated, measured
+    run_by: str | None = key("recipe.run_by")  # a check script's profile: that script runs it, not the launcher
 
     @classmethod
     def of(cls, config: Any) -> ConfigView:
@@ -166,9 +172,9 @@ def _as(hint: Any, value: Any) -> Any:
         hint = next(k for k in typing.get_args(hint) if k is not type(None))
     kind = hint
     if typing.get_origin(kind) is tuple:
-        if OmegaConf.is_list(value) or isinstance(value, (list, tuple)):
-            return tuple(str(v) for v in value)
-        return (str(value),)
+        item = typing.get_args(kind)[0]
+        values = list(value) if OmegaConf.is_list(value) or isinstance(value, (list, tuple)) else [value]
+        return tuple(item(v) for v in values)
     if kind is bool:
         if not isinstance(value, bool):
             raise TypeError(f"{value!r} is not true or false")

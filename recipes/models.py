@@ -106,6 +106,11 @@ def qwen25_hub_ids() -> list[str]:
     return [f"{QWEN25_HUB_ORG}/{name}-Instruct" for name in QWEN25_CONFIGS]
 
 
+def known_hub_ids() -> set[str]:
+    """The hub ids the recipe knows the size of, spelled as the hub does: the table's -Instruct and base models."""
+    return {*qwen25_hub_ids(), *(f"{QWEN25_HUB_ORG}/{name}" for name in QWEN25_CONFIGS)}
+
+
 # ---- where a model's config.json is -------------------------------------------------------------------------
 
 def hub_cache_dir() -> Path:

@@ -17,7 +17,7 @@ import yaml
 
 from harness.standins.scripted_llm import tool_call
 from recipes.constants import REPO_ROOT
-from testkit.launcher import clean_environ
+from testkit.launcher import STAND_IN_WANDB_KEY, clean_environ
 
 HOWTO = REPO_ROOT / "docs" / "how-to.md"
 COPIED = ("recipes", "tools", "data_prep", "config", "scripts", "pyproject.toml")
@@ -105,7 +105,8 @@ def test_the_launchers_dry_run_takes_the_new_tool_set_and_data(extended, tmp_pat
     root, data, _ = extended
     proc = run(root, "bash", "scripts/run_gsm8k_grpo.sh",
                env={"PYTHON": sys.executable, "DRY_RUN": "1", "TOOL_SET": "unit_converter", "DATA_DIR": str(data),
-                    "EXPERIMENT_NAME": "word_problems_unit_converter", "TMPDIR": str(tmp_path)})
+                    "EXPERIMENT_NAME": "word_problems_unit_converter", "TMPDIR": str(tmp_path),
+                    "WANDB_API_KEY": STAND_IN_WANDB_KEY})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "[preflight] ok" in proc.stderr, proc.stderr
     plan = proc.stdout + proc.stderr

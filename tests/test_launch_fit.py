@@ -5,6 +5,7 @@ of no step, a GPU count the batch does not divide, contradictory trace knobs, a 
 checkpoints."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -28,7 +29,7 @@ from recipes.preflight.memory import (
     train_activation_bytes,
 )
 from testkit.hf_cache import HubAPI, write_cached_model, write_hub_cache
-from testkit.launcher import clean_environ, plan, run_script
+from testkit.launcher import Planned, clean_environ, plan, run_script
 
 QWEN_3B, TYPO = "Qwen/Qwen2.5-3B-Instruct", "Qwen/Qwen2.5-3b-instruct"
 
@@ -54,7 +55,8 @@ def test_the_dry_run_prints_a_memory_row_per_gpu(default_dry_run):
     assert row.startswith("~52 of 80 GB a GPU at its peak, training (an estimate: docs/configuration.md#memory): "
                           "FSDP shards 5.7 GB (params 1.4, grads 1.4, Adam 2.9; full fine-tuning; the reference model "
                           "on the CPU), activations ~42 GB at 16 x 2048 tokens (checkpointing on); SGLang "), row
-    assert "released while the actor computes; 80 GB: GPU_MEMORY_GB's default, no nvidia-smi here" in row
+    assert "released while the actor computes; 80 GB: the card the profile is for (recipe.gpu_memory_gb), no " \
+           "nvidia-smi here" in row
     assert row.endswith("3.09B parameters from config.json in the HF cache")
 
 
@@ -82,13 +84,15 @@ def test_each_gpu_profile_fits_the_gpus_it_is_for(profile, gpus, gb):
     assert plan.gpu == gb and plan.peak <= 0.85 * gb, plan.row()
 
 
-def test_the_gpus_memory_comes_from_nvidia_smi_else_the_knob_else_80(tmp_path):
+def test_the_gpus_memory_comes_from_nvidia_smi_else_the_knob_else_the_profiles_card(tmp_path):
     smi = tmp_path / "nvidia-smi"
     smi.write_text("#!/bin/sh\necho 24564\necho 24564\n")  # --query-gpu=memory.total in MiB, one line a GPU
     smi.chmod(0o755)
-    assert gpu_memory(80, {"PATH": str(tmp_path)}) == (24564 / 1024, "nvidia-smi")
-    assert gpu_memory(40, {"PATH": "/nonexistent", "GPU_MEMORY_GB": "24"}) == (40.0, "GPU_MEMORY_GB")
-    assert gpu_memory(None, {"PATH": "/nonexistent", "GPU_MEMORY_GB": "24"})[0] == 80.0  # the knob, not the env
+    assert gpu_memory(80, 40, {"PATH": str(tmp_path)}) == (24564 / 1024, "nvidia-smi")
+    assert gpu_memory(40, 24, {"PATH": "/nonexistent", "GPU_MEMORY_GB": "80"}) == (40.0, "GPU_MEMORY_GB")
+    # no knob: the card the profile is for (the environment's GPU_MEMORY_GB is the launcher's to read, not this)
+    assert gpu_memory(None, 24, {"PATH": "/nonexistent", "GPU_MEMORY_GB": "80"})[0] == 24.0
+    assert gpu_memory(None, None, {"PATH": "/nonexistent"})[0] is None
     with pytest.raises(KnobError, match="GPU_MEMORY_GB must be a GPU's memory in GB"):
         Knobs(gpu_memory_gb="lots").check({})
 
@@ -154,7 +158,8 @@ def test_a_schedule_of_no_step_is_refused(tmp_path):
     assert gsm8k.main(["--input_dir", str(REPO_ROOT / "data_prep" / "gsm8k_sample"), "--local_save_dir",
                        str(sample)]) == 0
     proc = run_script("run_gsm8k_grpo.sh", sample, DRY_RUN="1")
-    assert proc.returncode == 1 and "[preflight] ok" not in proc.stderr and "steps = 15 epochs" not in proc.stdout
+    assert proc.returncode == 1 and "[preflight] ok" not in proc.stderr
+    assert "#   schedule  0 steps = 15 epochs x 0 (32 rows // 256)" in proc.stdout  # the plan, and its problem
     assert "[preflight] ERROR: 0 training steps: 32 training rows // 256 prompts a step = 0 steps an epoch" in \
         proc.stderr, proc.stderr
 
@@ -163,9 +168,14 @@ def test_a_gpu_count_the_batch_does_not_divide_is_refused_with_the_counts_that_d
     refused = plan(prepared_data_dir, DRY_RUN="1", N_GPUS_PER_NODE="3")
     assert not refused.preflight.ok and "AssertionError: real_train_batch_size" not in refused.err
     (line,) = [x for x in refused.err.splitlines() if x.startswith("[preflight] ERROR")]
+    # the counts and the batch that pass every rule, as given: 1, 2 or 4 GPUs would not hold 3B's step or all of
+    # its trajectories at once; 255 prompts (before) split GRPO groups over the 16 agent-loop workers and overfilled
+    # the 3 engines; 96 is whole for both
     assert line == ("[preflight] ERROR: the step's 256 prompts x 16 samples = 4096 trajectories do not split evenly "
-                    "over 3 GPUs: verl would stop with an AssertionError; use N_GPUS_PER_NODE=1, 2, 4, 8 or 16, or a "
-                    "batch 3 GPUs divide (data.train_batch_size=255 actor_rollout_ref.actor.ppo_mini_batch_size=255)")
+                    "over 3 GPUs: verl would stop with an AssertionError; use N_GPUS_PER_NODE=8 or 16, or a "
+                    "batch 3 GPUs divide (data.train_batch_size=96 actor_rollout_ref.actor.ppo_mini_batch_size=96)")
+    passes(prepared_data_dir, "data.train_batch_size=96", "actor_rollout_ref.actor.ppo_mini_batch_size=96",
+           N_GPUS_PER_NODE="3")
 
 
 def test_trace_off_with_a_trace_budget_is_refused_before_any_ok(prepared_data_dir):
@@ -264,3 +274,83 @@ def test_every_check_finds_a_hub_model_in_the_cache_hf_hub_cache_names(tmp_path,
     assert model_parameter_count(facts.model) == 151936 * 896
     check_checkpoint_space(facts.view, 435, facts.model, space)
     assert not [w for w in space.warnings if "cannot size the checkpoints" in w]
+
+
+# ---- every fix a refusal suggests passes as given ---------------------------------------------------------------
+
+SUGGESTED = re.compile(r"\b([A-Z][A-Z0-9_]*|[a-z_]+(?:\.[a-z_]+)+)=([^\s,;:()]+)")
+
+
+def suggested(text: str) -> tuple[dict[str, str], list[str]]:
+    """(knobs, hydra overrides) a suggestion names, as a user would type them."""
+    knobs, overrides = {}, []
+    for key, value in SUGGESTED.findall(text):
+        if key.isupper():
+            knobs[key] = value
+        else:
+            overrides.append(f"{key}={value}")
+    return knobs, overrides
+
+
+def passes(data_dir, *overrides, before: Planned | None = None, **env) -> None:
+    """The launch with a suggestion applied: no problem, and no warning the refused launch did not have already (the
+    disk's free space is this machine's)."""
+    fixed = plan(data_dir, *overrides, DRY_RUN="1", **env)
+    assert fixed.preflight.ok, fixed.err
+    def kind(warning: str) -> str:
+        return warning.split(";")[0].split(" (")[0]
+
+    had = {kind(w) for w in (before.preflight.report.warnings if before and before.preflight.report else [])}
+    assert [w for w in fixed.preflight.report.warnings if "GB free" not in w and kind(w) not in had] == [], fixed.err
+
+
+TP2 = "actor_rollout_ref.rollout.tensor_model_parallel_size=2"
+# a setting the preflight refuses (or warns of), and the words of its line that come before the fixes
+REFUSALS = {"gpus that do not divide the step": ({"N_GPUS_PER_NODE": "3"}, (), "AssertionError; use "),
+            "a model that does not fit one GPU": ({"N_GPUS_PER_NODE": "1"}, (), "the cheapest fix: "),
+            "workers that split groups": ({}, ("actor_rollout_ref.rollout.agent.num_workers=12",), "groups; use "),
+            "engines that cannot run a step at once": ({}, (TP2, "actor_rollout_ref.rollout.max_num_seqs=256"),
+                                                       "; set ")}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSALS))
+def test_a_refusals_suggested_fix_passes_as_given(prepared_data_dir, case):
+    """Each alternative the line offers, applied as given (every GPU count it lists, each one alone), passes the
+    whole preflight with no warning of its rules."""
+    env, args, before = REFUSALS[case]
+    refused = plan(prepared_data_dir, *args, DRY_RUN="1", **env)
+    (line,) = [x for x in refused.err.splitlines() if before in x]
+    for alternative in line.split(before, 1)[1].split(" if ")[0].split(", or "):
+        knobs, overrides = suggested(alternative)
+        if "N_GPUS_PER_NODE" in knobs:
+            counts = re.findall(r"\d+", alternative.split("N_GPUS_PER_NODE=", 1)[1].split(" (")[0])
+        else:
+            counts = [env.get("N_GPUS_PER_NODE", "")]
+        assert overrides or counts != [env.get("N_GPUS_PER_NODE", "")], line  # it suggests something
+        for count in counts:
+            passes(prepared_data_dir, *args, *overrides, before=refused, **{**env, "N_GPUS_PER_NODE": count})
+
+
+def test_the_fewer_prompts_a_short_dataset_is_told_to_take_pass(tmp_path):
+    from data_prep import gsm8k
+
+    sample = tmp_path / "sample"  # the bundled 32-row sample, under 8xh100's 256 prompts a step
+    assert gsm8k.main(["--input_dir", str(REPO_ROOT / "data_prep" / "gsm8k_sample"), "--local_save_dir",
+                       str(sample)]) == 0
+    refused = plan(sample, DRY_RUN="1")
+    (line,) = [e for e in refused.preflight.report.errors if e.startswith("0 training steps")]
+    _, overrides = suggested(line.split("take fewer prompts a step", 1)[1])
+    assert overrides == ["data.train_batch_size=32", "actor_rollout_ref.actor.ppo_mini_batch_size=32"], line
+    passes(sample, *overrides)
+
+
+def test_the_gpus_a_node_shows_come_with_the_batch_they_divide(prepared_data_dir):
+    from recipes.preflight.checks import check_gpus
+
+    facts = plan(prepared_data_dir, DRY_RUN="1").launch.facts
+    report = Report()
+    check_gpus(facts.view, report, visible=3, breaks=facts.breaks)
+    (line,) = report.errors
+    knobs, overrides = suggested(line.split("; set ", 1)[1])
+    assert knobs == {"N_GPUS_PER_NODE": "3"} and overrides, line
+    passes(prepared_data_dir, *overrides, **knobs)

@@ -42,7 +42,8 @@ def test_the_projection_of_the_recipes_own_rate(recipe):
     projected = v.volume(shape, groups)
     traced = 16 * 16 + 16 * shape.val_n / shape.test_freq  # a validation every test_freq steps, averaged
     assert projected.mb_per_step == pytest.approx(traced * v.TRACE_BYTES_PER_TRAJECTORY / 1e6)
-    assert projected.gb_per_day == pytest.approx(projected.mb_per_step * 86_400 / v.STEP_SECONDS_ESTIMATE / 1e3)
+    assert shape.step_s == 60  # the short end of the recipe's step time (config/gsm8k_multiturn_grpo.yaml recipe)
+    assert projected.gb_per_day == pytest.approx(projected.mb_per_step * 86_400 / shape.step_s / 1e3)
     line = v.describe(shape)
     assert line.startswith("weave, 16 GRPO group(s) a step (1 prompt(s) on each of the 16 agent-loop workers, all 16 "
                            "rollouts, one Weave thread each) = 256 traced trajectories; ")
@@ -98,8 +99,8 @@ def test_a_traced_run_whose_workers_would_split_groups_is_refused(recipe):
     check_tracing(split, report)
     assert report.errors == ["data.train_batch_size=256 is not a multiple of actor_rollout_ref.rollout.agent."
                              "num_workers=12: verl would split GRPO groups across agent-loop workers and trace parts "
-                             "of groups; use num_workers=8"]
-    with pytest.raises(v.TraceBudgetError, match="use num_workers=8"):
+                             "of groups; use actor_rollout_ref.rollout.agent.num_workers=8"]
+    with pytest.raises(v.TraceBudgetError, match="use actor_rollout_ref.rollout.agent.num_workers=8"):
         budget_overrides(ConfigView.of(split), 1.0, [])
     check_tracing(config, whole := Report())
     assert whole.errors == []

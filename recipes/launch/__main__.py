@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 
 from recipes.constants import REPO_ROOT
 from recipes.launch.decision import (
@@ -77,17 +76,15 @@ def node_check(launch: Launch, environ) -> int:
 def dry_run(launch: Launch, environ) -> int:
     launch.config_file = dry_run_config_file(launch)
     preflight = check_launch(launch, environ=environ)
-    if preflight.config is not None:
-        from recipes.launch.plan import write_config
-
-        write_config(preflight.config, launch.config_file)
-    if not preflight.ok:
-        if not launch.knobs.dry_run_config:
-            Path(launch.config_file).unlink(missing_ok=True)
+    if preflight.config is None:  # nothing composed, or verl refused it: no plan to print
         return 1
+    from recipes.launch.plan import write_config
+
+    write_config(preflight.config, launch.config_file)
     _say_where_traces_go(launch)
-    print("\n".join(dry_run_lines(launch)), flush=True)
-    return 0
+    # a dry run with a problem still prints the plan, and exits as the launch's preflight would
+    print("\n".join(dry_run_lines(launch, problems=len(preflight.report.errors))), flush=True)
+    return 0 if preflight.ok else 1
 
 
 def submit(launch: Launch, environ) -> int:

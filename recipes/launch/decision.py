@@ -104,6 +104,7 @@ def check_launch(launch: Launch, out=None, environ: dict | None = None):
     environ = os.environ if environ is None else environ
     knobs = launch.knobs
     inputs = PreflightInputs(launch=launch.mode in (TRAIN, CHECK_ONLY), submit=launch.mode == SUBMIT,
+                             dry_run=launch.mode == DRY_RUN,
                              traces_offline=knobs.traces_kept_offline, gpu_memory_gb=knobs.gpu_memory,
                              # a job got the budget's overrides from its submitter
                              trace_gb_per_day=None if launch.job else knobs.trace_budget)
@@ -132,10 +133,13 @@ def traces_volume_line(launch: Launch) -> str | None:
     return describe(launch.facts.trace)
 
 
-def dry_run_lines(launch: Launch) -> list[str]:
-    """What DRY_RUN=1 prints (stdout): the plan, the side processes, and last the main_ppo command."""
+def dry_run_lines(launch: Launch, problems: int = 0) -> list[str]:
+    """What DRY_RUN=1 prints (stdout): the plan, the side processes, and last the main_ppo command; `problems`: the
+    preflight's, which the first line names."""
     submitted = launch.mode == SUBMIT or launch.knobs.submit == "ray"
-    lines = [f"# DRY_RUN=1: preflight passed, nothing started; the launch would run (profile "
+    verdict = (f"the preflight found {problems} problem(s) (above) that stop a launch, nothing started; fixed, "
+               if problems else "preflight passed, nothing started; ")
+    lines = [f"# DRY_RUN=1: {verdict}the launch would run (profile "
              f"{launch.knobs.profile}{', submitted as a Ray job' if submitted else ''}):",
              *plan_lines(launch.facts, launch.config_file, launch.overrides)]
     if submitted:

@@ -48,7 +48,7 @@ class Knobs:
     n_gpus_per_node: str = knob("", "empty: the profile's")
     nnodes: str = knob("", "empty: the profile's")
     gpu_memory_gb: str = knob("", "the memory plan's GPU where nvidia-smi does not answer (planning for another node); "
-                                  "empty: 80")
+                                  "empty: the card the profile is for (its recipe.gpu_memory_gb)")
     trace: str = knob("", "on | off; empty: the profile's (on, except smoke tests)")
     trace_gb_per_day: str = knob("", "e.g. 2: trace the whole GRPO groups a step that fit this many GB of traces a day "
                                      "(at least one; docs/tracing.md); empty: the config's rate (1 prompt per "
@@ -141,7 +141,13 @@ class Knobs:
 
         environ = os.environ if environ is None else environ
         if not (PROFILE_DIR / f"{self.profile}.yaml").is_file():
-            raise KnobError(f"unknown PROFILE={self.profile}; choose one of: {' '.join(_stems(PROFILE_DIR))}")
+            raise KnobError(f"unknown PROFILE={self.profile}; choose one of: {' '.join(launch_profiles())} (and "
+                            f"{', '.join(f'{p} for {s}' for p, s in check_profiles().items())})")
+        script = check_profiles().get(self.profile)
+        gives, given = CHECK_GIVES.get(script, ("what its check script gives it", lambda knobs, environ: True))
+        if script and not given(self, environ):
+            raise KnobError(f"PROFILE={self.profile} is {script}'s (it gives the profile {gives}), not a launch "
+                            f"profile: run bash {script}; to launch, one of: {' '.join(launch_profiles())}")
         if self.tool_set != NO_TOOLS and not (TOOL_CONFIG_DIR / f"{self.tool_set}.yaml").is_file():
             raise KnobError(f"unknown TOOL_SET={self.tool_set}; choose one of: "
                             f"{' '.join(_stems(TOOL_CONFIG_DIR))} {NO_TOOLS}")
@@ -255,6 +261,40 @@ def _recipe_model() -> str:
 
 def _stems(folder: Path) -> list[str]:
     return sorted(p.stem for p in folder.glob("*.yaml"))
+
+
+def _on_the_cpu_platform(knobs: Knobs, environ) -> bool:
+    return environ.get("VERL_PLATFORM") == "cpu"  # scripts/cpu_env.sh, which those scripts source
+
+
+def _with_its_model(knobs: Knobs, environ) -> bool:
+    return bool(knobs.model_path)
+
+
+# What each check script gives the profile it runs (recipe.run_by), which a launch by hand lacks: in words, and
+# whether this launch has it
+CHECK_GIVES = {"scripts/smoke_cpu.sh": ("verl's CPU platform (VERL_PLATFORM=cpu) and its tiny model",
+                                        _on_the_cpu_platform),
+               "scripts/learn_cpu.sh": ("verl's CPU platform (VERL_PLATFORM=cpu) and its small model",
+                                        _on_the_cpu_platform),
+               "scripts/learn_gpu.sh": ("its small model (MODEL_PATH)", _with_its_model)}
+
+
+def check_profiles() -> dict[str, str]:
+    """{profile: the script that runs it} for the profiles of the check scripts (their recipe.run_by)."""
+    import yaml
+
+    found = {}
+    for path in sorted(PROFILE_DIR.glob("*.yaml")):
+        recipe = (yaml.safe_load(path.read_text()) or {}).get("recipe") or {}
+        if recipe.get("run_by"):
+            found[path.stem] = str(recipe["run_by"])
+    return found
+
+
+def launch_profiles() -> list[str]:
+    """The profiles a launch offers: every one but the check scripts'."""
+    return [p for p in _stems(PROFILE_DIR) if p not in check_profiles()]
 
 
 def compose_launch_config(knobs: Knobs | None = None, overrides: tuple[str, ...] | list[str] = ()):

@@ -14,14 +14,15 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from recipes.config_view import ConfigView
+from recipes.models import ModelSize
 from recipes.preflight.checks import on_cpu_platform
 from recipes.preflight.facts import RunFacts
 from recipes.preflight.schedule import Schedule
 
 # Said once per launch: verl logs "Legacy trainer ... deprecated" at start, and the recipe chooses it on purpose.
 LEGACY_TRAINER_NOTE = (
-    "legacy (trainer.use_v1=false), on purpose: verl 0.9.1's V1 trainer never traces agent-loop rollouts, and "
-    "verl's neo branch keeps the legacy trainer; verl's 'Legacy trainer ... deprecated' warning is about this"
+    "legacy (trainer.use_v1=false), on purpose: verl 0.9.1's V1 trainer never traces agent-loop rollouts; verl's "
+    "'Legacy trainer ... deprecated' warning is about this"
 )
 REFERENCE_PROFILE = "8xh100"  # the recipe's own values (config/profile/8xh100.yaml changes nothing)
 
@@ -134,6 +135,56 @@ def _schedule(view: ConfigView, schedule: Schedule) -> str:
     return f"{steps_text(schedule)}; {validation}, {saves}"
 
 
+def _duration(seconds: float) -> str:
+    """A step's or a run's time as a reader counts it: seconds, minutes, hours or days, 2-3 figures."""
+    for unit, size, limit in (("s", 1, 120), ("min", 60, 7200), ("h", 3600, 2 * 86400), ("days", 86400, None)):
+        if limit is None or seconds < limit:
+            value = seconds / size
+            return f"{value:.0f} {unit}" if value >= 10 else f"{value:.2g} {unit}"
+    raise AssertionError("unreachable")
+
+
+def _span(low: float, high: float) -> str:
+    """`2-4 min`, `60-90 s`, `34 s`: one unit, the high end's."""
+    text, unit = _duration(high).rsplit(" ", 1)
+    if round(low, 6) == round(high, 6):
+        return f"{text} {unit}"
+    size = {"s": 1, "min": 60, "h": 3600, "days": 86400}[unit]
+    value = low / size
+    return f"{value:.0f}-{text} {unit}" if value >= 10 else f"{value:.2g}-{text} {unit}"
+
+
+def time_figures(view: ConfigView, schedule: Schedule, size: ModelSize | None,
+                 made_for: ModelSize | None) -> tuple[str, str | None, str] | None:
+    """(a step's time, the run's, where the figure comes from) for the run's steps at the profile's step time
+    (recipe.step_time), scaled by parameters where the run's model (`size`) is not the one it was made for
+    (`made_for`); None when the profile has none."""
+    if not view.step_seconds:
+        return None
+    low, high = view.step_seconds[0], view.step_seconds[-1]
+    source = view.step_source
+    if made_for is not None and size is not None:
+        scale = size.parameters / made_for.parameters
+        if abs(scale - 1) > 0.05:
+            low, high = low * scale, high * scale
+            source += (f"; made for {view.step_model}, x{scale:.2g} for this model's {size.parameters / 1e9:.2g}B "
+                       "parameters")
+    if schedule.steps is None:
+        return _span(low, high), None, source
+    return _span(low, high), f"~{_span(low * schedule.steps, high * schedule.steps)}", source
+
+
+def _time(facts: RunFacts) -> str:
+    figures = time_figures(facts.view, facts.schedule, facts.size, facts.step_made_for)
+    if figures is None:
+        return "no step time for this profile (its recipe.step_time): not estimated"
+    step, run, source = figures
+    if run is None:
+        return f"{step} a step ({source}), the steps the training file makes once it is there"
+    return (f"{run}: {facts.schedule.steps} steps x {step} a step ({source}); validations and checkpoints not "
+            "counted")
+
+
 def _tracing(view: ConfigView, trace) -> str:
     where = f"W&B project {view.project_name}, logger {','.join(view.logger)}"
     if trace is None:
@@ -167,7 +218,10 @@ def plan_rows(facts: RunFacts, config_file: str | None = None,
         rows.append(("memory", facts.memory.row()))
     if training:
         rows.append(("algorithm", algorithm_line(view, schedule)))
-    rows += [("schedule", _schedule(view, schedule)), ("validate", validation_line(view, schedule))]
+    rows += [("schedule", _schedule(view, schedule))]
+    if training:
+        rows.append(("time", _time(facts)))
+    rows.append(("validate", validation_line(view, schedule)))
     changed = differences(schedule, reference, profile_of(overrides)) if reference is not None else None
     if changed:
         rows.append(("differs", changed))

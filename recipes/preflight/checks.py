@@ -30,6 +30,10 @@ from recipes.preflight.storage import check_checkpoint_space, check_shared_outpu
 from recipes.preflight.versions import check_gpu_env
 
 REQUIRED_COLUMNS = ("data_source", "prompt", "reward_model", "extra_info", "agent_name")
+# What a dry run leaves unchecked (the GPU node's own install), in the one line it says so
+NOT_CHECKED_BY_A_DRY_RUN = ("not checked by a dry run (they need the GPU node): its GPU count, NVIDIA driver, the GPU "
+                            "env's locked versions and kernels, CUDA and host compilers and kernel caches; "
+                            "CHECK_ONLY=1 bash scripts/run_gsm8k_grpo.sh on the GPU node checks them")
 
 
 def _tool_names_in_yaml(path: str, report: Report) -> list[str] | None:
@@ -243,20 +247,39 @@ def check_cpu_rollout(config: DictConfig, report: Report) -> None:
                      f"actor_rollout_ref.rollout.name={name}: use a CPU profile (PROFILE=cpu_smoke)")
 
 
-def check_gpus(config: DictConfig, report: Report, visible: int | None = None) -> None:
+def check_gpus(view: ConfigView, report: Report, visible: int | None = None, breaks=lambda view: []) -> None:
+    """The GPUs this node shows against the config's; the count suggested instead comes with the batch it needs when
+    it does not divide the step as it is (every rule of the preflight: `breaks`)."""
     if on_cpu_platform():
         return  # CPU ranks: Ray's logical GPUs, not devices to count
-    wanted = int(config.trainer.n_gpus_per_node)
+    wanted = view.gpus_per_node
     if visible is None:
         visible = count_visible_gpus()
     if visible is None:
         report.error("cannot count GPUs (no nvidia-smi and no CUDA torch); run on a GPU node, "
                      "or DRY_RUN=1 to check only")
+    elif visible == 0:
+        report.error(f"no GPU visible but trainer.n_gpus_per_node={wanted}; fix CUDA_VISIBLE_DEVICES, or run on a GPU "
+                     "node")
     elif visible != wanted:
-        report.error(f"{visible} GPU(s) visible but trainer.n_gpus_per_node={wanted}; set N_GPUS_PER_NODE={visible} "
-                     "(or PROFILE=4gpu / 1gpu_smoke), or fix CUDA_VISIBLE_DEVICES")
+        report.error(f"{visible} GPU(s) visible but trainer.n_gpus_per_node={wanted}; set "
+                     f"{_gpu_count_fix(view, visible, breaks)}, or fix CUDA_VISIBLE_DEVICES")
     else:
         report.note(f"GPUs: {visible} visible, as trainer.n_gpus_per_node={wanted} asks")
+
+
+def _gpu_count_fix(view: ConfigView, visible: int, breaks) -> str:
+    from dataclasses import replace
+
+    from recipes.preflight.division import fitting_batch
+
+    here = replace(view, gpus_per_node=visible)
+    if not breaks(here):
+        return f"N_GPUS_PER_NODE={visible}"
+    fitting = fitting_batch(here, breaks) if view.mini_batch == view.train_batch_size else None
+    if fitting is None:
+        return f"N_GPUS_PER_NODE={visible} and a profile for {visible} GPU(s) (config/profile/)"
+    return f"N_GPUS_PER_NODE={visible} {' '.join(here.overrides_to(fitting))}"
 
 
 def count_visible_gpus() -> int | None:
@@ -280,17 +303,19 @@ def check_wandb(view: ConfigView, report: Report, traces_offline: bool = False) 
 
 
 def run_all(facts: RunFacts, report: Report | None = None, launch: bool = False, submit: bool = False,
-            traces_offline: bool = False) -> Report:
-    """launch: about to start on this node (GPUs, credentials, disk); submit: about to go to a Ray cluster;
-    traces_offline: TRACE_RELAY=offline (no W&B key needed for traces)."""
+            dry_run: bool = False, traces_offline: bool = False) -> Report:
+    """launch: about to start on this node (GPUs, credentials, disk); submit: about to go to a Ray cluster; dry_run:
+    what a launch checks but the GPU node's own install (one line says so); neither: the
+    config and what it names (scripts/preflight.py); traces_offline: TRACE_RELAY=offline (no W&B key needed for
+    traces)."""
     report = report or Report()
     config, view, model = facts.config, facts.view, facts.model
     tool_path = view.tool_config_path
     tool_names = _tool_names_in_yaml(tool_path, report) if tool_path else []  # no tools: data must offer none
     check_data(config, tool_names, report)
-    check_schedule(view, facts.schedule, report)
+    check_schedule(view, facts.schedule, report, facts.breaks)
     check_model(model, report)
-    check_hub_model(model, report)
+    check_hub_model(model, report, planning=not (launch or submit))
     check_resume(config, report)
     check_reward(config, report)
     check_agent_loops(config, report)
@@ -300,16 +325,20 @@ def run_all(facts: RunFacts, report: Report | None = None, launch: bool = False,
     check_sglang_model(config, report, model)
     check_lora_with_sglang(view, report)
     check_rollout_concurrency(view, report)
-    check_memory(view, facts.memory, report)
+    check_memory(view, facts.memory, report, facts.breaks)
     check_tool_timeout(config, report)
     check_shared_outputs(config, report)
     check_cpu_rollout(config, report)
+    # this node as the GPU node, on a launch (a submission's nodes are the cluster's; a dry run, which may plan for
+    # another node, says what it leaves to CHECK_ONLY=1 there)
     if launch and not on_cpu_platform():
-        check_gpus(config, report)
+        check_gpus(view, report, breaks=facts.breaks)
         check_gpu_env(config, report)  # driver, locked versions, attention implementation
         # the compilers SGLang and FlashInfer use at first use, their caches and what the model needs there
         check_jit_toolchain(report, model=model.name)
-    if launch or submit:
+    elif dry_run and not on_cpu_platform():
+        report.note(NOT_CHECKED_BY_A_DRY_RUN)
+    if launch or submit or dry_run:
         check_wandb(view, report, traces_offline)
         check_checkpoint_space(view, facts.schedule.steps, model, report)
     return report

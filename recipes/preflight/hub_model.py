@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 import os
 
-from recipes.models import ModelSource, cached_model_ids, qwen25_hub_ids
+from recipes.models import ModelSource, cached_model_ids, known_hub_ids, qwen25_hub_ids
 from recipes.preflight.findings import Report
 
 HUB_TIMEOUT_S = 10
@@ -52,7 +52,9 @@ def ask_hub(model: str, environ=None) -> tuple[str, str]:
     return "found", str(getattr(info, "id", None) or model)
 
 
-def check_hub_model(source: ModelSource, report: Report, environ=None) -> None:
+def check_hub_model(source: ModelSource, report: Report, environ=None, planning: bool = False) -> None:
+    """`planning`: a dry run, which plans a model the recipe knows (the Qwen2.5 table) from its table where neither
+    the cache nor the hub has it, saying it must be downloaded before the launch."""
     if source.local:
         return  # a folder: checks.check_model
     model = source.name
@@ -77,6 +79,10 @@ def check_hub_model(source: ModelSource, report: Report, environ=None) -> None:
     where = f"the local Hugging Face cache {source.cache}"
     if cached:
         report.note(f"model: {model} is in {where} ({asked})")
+    elif planning and model in known_hub_ids():
+        report.warn(f"model: {model} is not in {where} ({asked}): planned from the recipe's table of its size; "
+                    f"download it before the launch, where the hub can be reached: hf download {model} (into "
+                    f"{source.cache}, or set MODEL_PATH to a folder holding it)")
     else:
         guess = _did_you_mean(model)
         report.error(f"actor_rollout_ref.model.path: {model} is not in {where} ({asked}), so the launch could not "

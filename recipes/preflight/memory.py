@@ -34,9 +34,9 @@ from dataclasses import dataclass, field, replace
 
 from recipes.config_view import ConfigView
 from recipes.models import BF16_BYTES, ModelSize, ModelSource, model_size, qwen25_hub_ids, table_entry
+from recipes.preflight.division import MEMORY
 
 GIB = 1 << 30
-DEFAULT_GPU_MEMORY_GB = 80  # GPU_MEMORY_GB's meaning when it is empty and no nvidia-smi answers
 TIGHT = 0.9  # a plan above this share of the GPU is within the estimate's error of not fitting
 FIX_MARGIN = 0.85  # a change is offered as a fix when its plan stays below this share of the GPU
 CONTEXT_GIB = 0.5  # a process's CUDA context and NCCL (the 1-GPU smoke's actor: 0.51 GiB before any tensor)
@@ -50,9 +50,10 @@ SGLANG_PREFILL_CHUNK = 8192  # tokens SGLang prefills at a time (its chunked_pre
 DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2}
 
 
-def gpu_memory(knob: float | None = None, environ=None) -> tuple[float, str]:
+def gpu_memory(knob: float | None = None, card: float | None = None, environ=None) -> tuple[float | None, str]:
     """(GiB of the smallest visible GPU, where that figure comes from): nvidia-smi where it answers, else the
-    GPU_MEMORY_GB knob (the launcher hands it over), else DEFAULT_GPU_MEMORY_GB."""
+    GPU_MEMORY_GB knob (the launcher hands it over), else the card the profile is for (recipe.gpu_memory_gb); None
+    when nothing says."""
     environ = os.environ if environ is None else environ
     smi = shutil.which("nvidia-smi", path=environ.get("PATH"))
     if smi and not environ.get("PREFLIGHT_VISIBLE_GPUS"):  # the tests' and odd clusters' GPU count: no real GPU
@@ -66,7 +67,9 @@ def gpu_memory(knob: float | None = None, environ=None) -> tuple[float, str]:
             return min(sizes), "nvidia-smi"
     if knob:
         return float(knob), "GPU_MEMORY_GB"
-    return float(DEFAULT_GPU_MEMORY_GB), "GPU_MEMORY_GB's default, no nvidia-smi here"
+    if card:
+        return float(card), "the card the profile is for (recipe.gpu_memory_gb), no nvidia-smi here"
+    return None, "no nvidia-smi here, no GPU_MEMORY_GB and no recipe.gpu_memory_gb"
 
 
 @dataclass
@@ -236,7 +239,9 @@ def plan_for(view: ConfigView, model: ModelSource, gpu_memory_gb: float | None =
     size, source = model.size()
     if size is None:
         return None, f"not planned: {model.name}: {source}"
-    gpu, gpu_source = gpu_memory(gpu_memory_gb, environ)
+    gpu, gpu_source = gpu_memory(gpu_memory_gb, view.card_gb, environ)
+    if gpu is None:
+        return None, f"not planned: {gpu_source}"
     return plan_memory(view, size, source, gpu, gpu_source), ""
 
 
@@ -247,16 +252,17 @@ MICRO_FIELDS = ("actor_micro_batch", "log_prob_micro_batch", "ref_micro_batch")
 MICRO_KEYS = tuple(ConfigView.key_of(name) for name in MICRO_FIELDS)
 
 
-def _fits(view: ConfigView, plan: MemoryPlan, updates: dict, size: ModelSize | None = None,
+def _fits(view: ConfigView, plan: MemoryPlan, updates: dict, breaks, size: ModelSize | None = None,
           source: str | None = None) -> MemoryPlan | None:
     """The plan with these changes (view fields), and smaller micro-batches if they need them, when it fits with
-    FIX_MARGIN."""
+    FIX_MARGIN and the changed view breaks no other rule of the preflight (`breaks`) that the launch keeps now."""
+    kept = set(breaks(view))
     micro = max(getattr(view, name) or 1 for name in MICRO_FIELDS)
     while True:
         changed = {**updates, **{name: min(micro, getattr(view, name) or micro) for name in MICRO_FIELDS}}
-        found = plan_memory(replace(view, **changed), size or plan.size, source or plan.size_source, plan.gpu,
-                            plan.gpu_source)
-        if found.peak <= FIX_MARGIN * plan.gpu:
+        candidate = replace(view, **changed)
+        found = plan_memory(candidate, size or plan.size, source or plan.size_source, plan.gpu, plan.gpu_source)
+        if found.peak <= FIX_MARGIN * plan.gpu and not [b for b in breaks(candidate) if b not in (MEMORY, *kept)]:
             found.changes = changed
             return found
         if micro <= 1 or view.dynamic_batch:
@@ -274,7 +280,7 @@ def _said(plan: MemoryPlan, view: ConfigView) -> str:
     return f"{text}: ~{plan.peak:.0f} GB"
 
 
-def cheapest_fix(view: ConfigView, plan: MemoryPlan) -> str | None:
+def cheapest_fix(view: ConfigView, plan: MemoryPlan, breaks=lambda view: []) -> str | None:
     """The first change, from least to most disruptive to the run, whose plan fits with room for the estimate's
     error (each with smaller micro-batches if it needs them): smaller micro-batches alone (the same training,
     slower), the actor's parameters and Adam offloaded between phases, LoRA, a smaller model, more GPUs. None when
@@ -284,28 +290,36 @@ def cheapest_fix(view: ConfigView, plan: MemoryPlan) -> str | None:
     for label, updates in (("", {}), ("offload: ", offload), ("LoRA as config/profile/lora.yaml: ", lora)):
         if label.startswith("LoRA") and view.val_only:
             continue
-        found = _fits(view, plan, updates)
+        found = _fits(view, plan, updates, breaks)
         if found:
             return label + _said(found, view)
     if table_entry(plan.size.name):
         for hub_id in reversed(qwen25_hub_ids()):
             smaller, source = model_size(hub_id)
             if smaller and smaller.parameters < plan.size.parameters:
-                found = _fits(view, plan, {}, smaller, source)
+                found = _fits(view, plan, {}, breaks, smaller, source)
                 if found:
                     return f"a smaller model: MODEL_PATH={hub_id} " + _said(found, view)
     per_node = view.gpus_per_node
     for more in (2, 4, 8):
-        found = _fits(view, plan, {"gpus_per_node": per_node * more})
+        found = _fits(view, plan, {"gpus_per_node": per_node * more}, breaks)
         if found:
             return f"more GPUs: N_GPUS_PER_NODE={per_node * more} (or as many over several nodes) " + \
                 _said(found, view)
     return None
 
 
-def check_memory(view: ConfigView, plan: MemoryPlan | None, report) -> None:
-    """A launch whose plan does not fit its GPUs is refused, in one line with the cheapest change that fits; one
-    within the estimate's error of not fitting is warned about."""
+def plan_trouble(view: ConfigView, plan: MemoryPlan) -> str | None:
+    """What check_memory would say of this plan, in a word (None: nothing)."""
+    if plan.sglang_kv < _one_trajectory_kv(view, plan):
+        return "no room for SGLang"
+    return "does not fit" if not plan.fits else "tight" if plan.tight else None
+
+
+def check_memory(view: ConfigView, plan: MemoryPlan | None, report, breaks=lambda view: []) -> None:
+    """A launch whose plan does not fit its GPUs is refused, in one line with the cheapest change that fits (and
+    breaks no other rule of the preflight: `breaks`); one within the estimate's error of not fitting is warned
+    about."""
     if plan is None:
         return
     if plan.sglang_kv < _one_trajectory_kv(view, plan):
@@ -314,7 +328,7 @@ def check_memory(view: ConfigView, plan: MemoryPlan | None, report) -> None:
                      f"{plan.size.name} weights ({plan.sglang_weights:.1f} GB) and one trajectory's KV cache; raise "
                      "actor_rollout_ref.rollout.gpu_memory_utilization or use more GPUs (docs/configuration.md#memory)")
     elif not plan.fits:
-        fix = cheapest_fix(view, plan)
+        fix = cheapest_fix(view, plan, breaks)
         report.error(f"memory: ~{plan.peak:.0f} GB per GPU at its peak ({plan.peak_phase}) does not fit "
                      f"{plan.gpu:.0f} GB ({plan.gpu_source}); " +
                      (f"the cheapest fix: {fix}" if fix else "no single change found that fits: more GPUs with LoRA") +

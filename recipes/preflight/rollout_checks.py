@@ -20,13 +20,18 @@ def check_lora_with_sglang(view: ConfigView, report: Report) -> None:
                      "PROFILE=lora sets it")
 
 
+def concurrency_shortfall(view: ConfigView) -> bool:
+    """SGLang's per-engine request cap lets only part of a step's trajectories run at once (an evaluation has no
+    training step; SGLang queues what its engines cannot take at once)."""
+    return (view.rollout_name in SERVER_BACKENDS and bool(view.max_num_seqs) and not view.val_only
+            and max(1, view.engines) * view.max_num_seqs < view.trajectories)
+
+
 def check_rollout_concurrency(view: ConfigView, report: Report) -> None:
     """Warn when SGLang's per-engine request cap lets only part of a step's trajectories run at once."""
-    if view.rollout_name not in SERVER_BACKENDS or not view.max_num_seqs or view.val_only:
-        return  # an evaluation has no training step; SGLang queues what its engines cannot take at once
     engines = max(1, view.engines)
-    capacity = engines * view.max_num_seqs
-    if capacity < view.trajectories:
+    if concurrency_shortfall(view):
+        capacity = engines * view.max_num_seqs
         report.warn(f"only {capacity} of the {view.trajectories} trajectories of a step can run at once ({engines} "
                     f"engines x max_num_seqs={view.max_num_seqs}); set actor_rollout_ref.rollout.max_num_seqs="
                     f"{math.ceil(view.trajectories / engines)} if the KV cache has room "

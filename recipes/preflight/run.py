@@ -33,6 +33,8 @@ class PreflightInputs:
 
     launch: bool = False  # about to train on this node: also its GPUs and GPU env, credentials, disk
     submit: bool = False  # about to submit a Ray job: also credentials, disk
+    dry_run: bool = False  # DRY_RUN=1: what a launch checks that needs no GPU (credentials, disk), the rest where a
+    #                        GPU is visible, and one line for what it could not check
     traces_offline: bool = False  # TRACE_RELAY=offline: traces kept on disk, no W&B key needed for them
     gpu_memory_gb: float | None = None  # GPU_MEMORY_GB: the memory plan's GPU where nvidia-smi does not answer
     trace_gb_per_day: float | None = None  # TRACE_GB_PER_DAY: the GRPO groups a step traced within it
@@ -73,9 +75,10 @@ def _check(overrides, inputs: PreflightInputs, out) -> Preflight:
         print(f"[preflight] ERROR: the config does not compose: {err}".replace("\n", " "), file=out)
         return Preflight(None, None)
     try:  # before verl's validation, whose AssertionError says less
-        divided = division_problems(ConfigView.of(config))
+        facts = facts_of(config, inputs.gpu_memory_gb)
     except (TypeError, ValueError):  # a value of the wrong kind: verl's validation below names it
-        divided = []
+        facts = None
+    divided = division_problems(facts.view, facts.breaks) if facts else []
     for line in divided:
         print(f"[preflight] ERROR: {line}", file=out)
     if divided:
@@ -93,8 +96,10 @@ def _check(overrides, inputs: PreflightInputs, out) -> Preflight:
         return Preflight(None, None)
     report = Report()
     added = _trace_budget(config, overrides, inputs.trace_gb_per_day, report, out)
-    facts = facts_of(config, inputs.gpu_memory_gb)
-    run_all(facts, report, launch=inputs.launch, submit=inputs.submit, traces_offline=inputs.traces_offline)
+    if added or facts is None:  # the budget's traced groups, or a config only verl's validation made sense of
+        facts = facts_of(config, inputs.gpu_memory_gb)
+    run_all(facts, report, launch=inputs.launch, submit=inputs.submit, dry_run=inputs.dry_run,
+            traces_offline=inputs.traces_offline)
     for note in report.notes:
         print(f"[preflight] {note}", file=out)
     for warning in report.warnings:

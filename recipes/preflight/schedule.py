@@ -64,13 +64,17 @@ def schedule_of(view: ConfigView) -> Schedule:
                     fixed_steps=bool(fixed), lr=view.lr, val_rows=rows_of(view.val_files))
 
 
-def check_schedule(view: ConfigView, schedule: Schedule, report) -> None:
-    """A training run whose data makes no step in an epoch would start Ray, load the models and train nothing."""
+def check_schedule(view: ConfigView, schedule: Schedule, report, breaks=lambda view: []) -> None:
+    """A training run whose data makes no step in an epoch would start Ray, load the models and train nothing. The
+    fewer prompts a step it suggests break no other rule of the preflight (`breaks`)."""
     if view.val_only or schedule.steps_per_epoch != 0:
         return
+    from recipes.preflight.division import fitting_batch
+
     s = schedule
     capped = f" (data.train_max_samples={view.train_max_samples})" if view.train_max_samples > 0 else ""
+    fitting = fitting_batch(view, breaks, most=max(1, s.rows)) if view.gen_batch_size is None else None
+    fewer = f"{' '.join(view.overrides_to(fitting))}, or " if fitting else ""
     report.error(f"0 training steps: {s.rows} training rows{capped} // {s.prompts} prompts a step = 0 steps an "
                  f"epoch; prepare more rows (python data_prep/gsm8k.py writes GSM8K's 7473), or take fewer prompts a "
-                 f"step (data.train_batch_size={max(1, s.rows)} actor_rollout_ref.actor.ppo_mini_batch_size="
-                 f"{max(1, s.rows)}, or PROFILE=1gpu_smoke: 8 a step)")
+                 f"step ({fewer}PROFILE=1gpu_smoke: 8 a step)")

@@ -58,7 +58,9 @@ def check_checkpoint_space(view: ConfigView, steps: int | None, model: ModelSour
     saves = expected_saves(view, steps)
     if not saves:
         return
-    params = params if params is not None else model_parameter_count(model)
+    if params is None:  # the weights here, else the size its config.json or the recipe's table gives
+        size, _ = model.size()
+        params = model_parameter_count(model) or (size.parameters if size else None)
     if params is None:
         report.warn(f"cannot size the checkpoints ({model.name} is not on this machine yet): "
                     f"each save holds ~{BYTES_PER_PARAM_FULL} bytes per parameter (~37 GB for a 3B model)")
