@@ -82,6 +82,7 @@ class ConfigView:
     val_n: int = key(f"{ROLLOUT}.val_kwargs.n", 1)
     val_temperature: float = key(f"{ROLLOUT}.val_kwargs.temperature", 0.0)
     tool_config_path: str | None = key(f"{ROLLOUT}.multi_turn.tool_config_path")
+    function_tool_path: str | None = key(f"{ROLLOUT}.multi_turn.function_tool_path")
     max_assistant_turns: int | None = key(f"{ROLLOUT}.multi_turn.max_assistant_turns")
     trace_backend: str | None = key(f"{ROLLOUT}.trace.backend")
     trace_per_worker: int | None = key(f"{ROLLOUT}.trace.max_samples_per_step_per_worker")

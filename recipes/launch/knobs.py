@@ -194,10 +194,12 @@ def help_lines(leave_out: tuple[str, ...] = ()) -> list[str]:
 def launch_overrides(knobs: Knobs, root: str | Path = REPO_ROOT) -> list[str]:
     """The hydra overrides a launch with these knobs passes to main_ppo, before the user's own. `root`: where the
     recipe's files are as main_ppo will see them ("." for a Ray job, which runs in Ray's copy of the repo)."""
-    from recipes.gsm8k.tool_sets import NO_TOOLS
+    from recipes.gsm8k.tool_sets import NO_TOOLS, TOOL_SETS
 
     root = str(root)
     tool_config = "null" if knobs.tool_set == NO_TOOLS else f"{root}/config/tool_config/{knobs.tool_set}.yaml"
+    tool_set = TOOL_SETS.get(knobs.tool_set)
+    functions = tool_set.function_tool_path if tool_set else None
     out = knobs.output_dir
     overrides = [
         f"profile={knobs.profile}",
@@ -212,7 +214,8 @@ def launch_overrides(knobs: Knobs, root: str | Path = REPO_ROOT) -> list[str]:
         f"trainer.validation_data_dir={out}/validation",
         f"hydra.run.dir={out}/hydra/${{now:%Y-%m-%d_%H-%M-%S}}",  # hydra's log and composed config, not ./outputs/
     ]
-    optional = {"actor_rollout_ref.model.path": knobs.model_path, "trainer.n_gpus_per_node": knobs.n_gpus_per_node,
+    optional = {"actor_rollout_ref.rollout.multi_turn.function_tool_path": functions and f"{root}/{functions}",
+                "actor_rollout_ref.model.path": knobs.model_path, "trainer.n_gpus_per_node": knobs.n_gpus_per_node,
                 "trainer.nnodes": knobs.nnodes, "trainer.logger": knobs.logger and f"[{knobs.logger}]"}
     overrides += [f"{key}={value}" for key, value in optional.items() if value]
     if knobs.trace:

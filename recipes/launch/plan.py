@@ -94,10 +94,17 @@ def differences(mine: Schedule, ref: Schedule, profile: str) -> str | None:
 
 
 def _tools(view: ConfigView) -> str:
-    path = view.tool_config_path
-    if not path:
+    path, functions = view.tool_config_path, view.function_tool_path
+    if not path and not functions:
         return "none (no tool config: single answers)"
-    return f"{Path(path).stem} ({path}), at most {view.max_assistant_turns} assistant turns"
+    turns = f"at most {view.max_assistant_turns} assistant turns"
+    if not functions:
+        return f"{Path(path).stem} ({path}), {turns}"
+    from verl.tools.function_tool import load_function_tools_from_path
+
+    names = ", ".join(tool.name for tool in load_function_tools_from_path(functions))  # loaded by the preflight
+    where = f"{Path(path).stem} ({path}) and " if path else ""
+    return f"{where}the functions {names} ({functions}), {turns}"
 
 
 def _model(view: ConfigView) -> str:

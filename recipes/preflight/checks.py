@@ -36,14 +36,35 @@ NOT_CHECKED_BY_A_DRY_RUN = ("not checked by a dry run (they need the GPU node): 
                             "CHECK_ONLY=1 bash scripts/run_gsm8k_grpo.sh on the GPU node checks them")
 
 
-def _tool_names_in_yaml(path: str, report: Report) -> list[str] | None:
-    from verl.tools.tool_registry import initialize_tools_from_config
+def _tool_names(view: ConfigView, report: Report) -> list[str] | None:
+    """The tools the workers will load (verl's load_all_tools: the tool config's classes and the function tool file's
+    functions), by name; None, and the error, when they do not load. A tool set whose YAML names a function tool
+    file that the config does not hand to verl would offer the model tools no worker has."""
+    from verl.tools.tool_registry import load_all_tools
+
+    path, functions = view.tool_config_path, view.function_tool_path
+    named = _named_function_tools(path)
+    if named and (not functions or Path(functions).resolve() != (REPO_ROOT / named).resolve()):
+        report.error(f"{path} names the function tools of {named}, but actor_rollout_ref.rollout.multi_turn."
+                     f"function_tool_path is {functions}: no worker would load them; set it to {REPO_ROOT / named} "
+                     "(the launcher does for TOOL_SET)")
+    try:
+        return [tool.name for tool in load_all_tools(tool_config_path=path, function_tool_path=functions)]
+    except Exception as err:
+        report.error(f"tools of {path or functions} do not load through verl ({type(err).__name__}: "
+                     f"{str(err).splitlines()[0] if str(err) else ''})")
+        return None
+
+
+def _named_function_tools(path: str | None) -> str | None:
+    """The function tool file a tool-set YAML names (`function_tool_path`, from the repo's root)."""
+    import yaml
 
     try:
-        return [tool.name for tool in initialize_tools_from_config(path)]
-    except Exception as err:
-        report.error(f"tool config {path} does not load through verl ({type(err).__name__}: {err})")
-        return None
+        named = (yaml.safe_load(Path(path).read_text()) or {}).get("function_tool_path") if path else None
+    except (OSError, yaml.YAMLError, AttributeError):
+        return None  # verl's loader says what is wrong with the file
+    return str(named) if named else None
 
 
 def data_files(config: DictConfig) -> list[tuple[str, Path]]:
@@ -310,8 +331,8 @@ def run_all(facts: RunFacts, report: Report | None = None, launch: bool = False,
     traces)."""
     report = report or Report()
     config, view, model = facts.config, facts.view, facts.model
-    tool_path = view.tool_config_path
-    tool_names = _tool_names_in_yaml(tool_path, report) if tool_path else []  # no tools: data must offer none
+    has_tools = view.tool_config_path or view.function_tool_path
+    tool_names = _tool_names(view, report) if has_tools else []  # no tools: data must offer none
     check_data(config, tool_names, report)
     check_schedule(view, facts.schedule, report, facts.breaks)
     check_model(model, report)
