@@ -106,24 +106,30 @@ def qwen25_hub_ids() -> list[str]:
     return [f"{QWEN25_HUB_ORG}/{name}-Instruct" for name in QWEN25_CONFIGS]
 
 
+def known_hub_ids() -> set[str]:
+    """The hub ids the recipe knows the size of, spelled as the hub does: the table's -Instruct and base models."""
+    return {*qwen25_hub_ids(), *(f"{QWEN25_HUB_ORG}/{name}" for name in QWEN25_CONFIGS)}
+
+
 # ---- where a model's config.json is -------------------------------------------------------------------------
 
 def hub_cache_dir() -> Path:
     """The Hugging Face hub cache as huggingface_hub finds it (HF_HUB_CACHE, else HF_HOME/hub, else
-    ~/.cache/huggingface/hub), read now rather than when huggingface_hub was imported."""
+    ~/.cache/huggingface/hub; `~` and `$VAR` expanded as it does), read now rather than when huggingface_hub was
+    imported: the one answer every check gets (resolve_model)."""
     explicit = os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE")
     if explicit:
-        return Path(os.path.expanduser(explicit))
+        return Path(os.path.expandvars(os.path.expanduser(explicit)))
     home = os.environ.get("HF_HOME") or os.path.join(os.environ.get("XDG_CACHE_HOME") or "~/.cache", "huggingface")
-    return Path(os.path.expanduser(home)) / "hub"
+    return Path(os.path.expandvars(os.path.expanduser(home))) / "hub"
 
 
-def cached_file(repo_id: str, filename: str = "config.json") -> Path | None:
-    """A file of a hub model in the local cache (its main revision), or None."""
+def cached_file(repo_id: str, filename: str = "config.json", cache: Path | None = None) -> Path | None:
+    """A file of a hub model in the local cache (`cache`, else hub_cache_dir(); its main revision), or None."""
     try:
         from huggingface_hub import try_to_load_from_cache
 
-        found = try_to_load_from_cache(repo_id, filename, cache_dir=str(hub_cache_dir()))
+        found = try_to_load_from_cache(repo_id, filename, cache_dir=str(cache or hub_cache_dir()))
     except Exception:  # not a valid repo id, or an unreadable cache: not cached
         return None
     return Path(found) if isinstance(found, str) else None
@@ -137,19 +143,51 @@ def cached_model_ids() -> list[str]:
     return sorted(p.name[len("models--"):].replace("--", "/", 1) for p in root.glob("models--*") if p.is_dir())
 
 
-def model_size(model: str) -> tuple[ModelSize | None, str]:
-    """The model's size and where it was read: its folder's config.json, the hub cache's, else the table."""
+@dataclass(frozen=True)
+class ModelSource:
+    """Where a launch's model is, worked out once (resolve_model) and read by every check that needs it: a folder
+    here, a hub id the local hub cache holds, or a hub id that is not here yet."""
+
+    name: str  # as the config names it (actor_rollout_ref.model.path)
+    local: bool  # named as a folder (it may not exist: checks.check_model says so)
+    folder: Path | None  # where its config.json is: the folder, or the cache's snapshot of a hub id; None: not here
+    cache: Path  # the hub cache a hub id was looked up in (hub_cache_dir())
+
+    @property
+    def where(self) -> str:
+        """Where its config.json was read, in words."""
+        return f"{self.folder}/config.json" if self.local else "config.json in the HF cache"
+
+    def config(self) -> dict | None:
+        """Its config.json, or None when it is not here or does not read as JSON."""
+        path = self.folder / "config.json" if self.folder else None
+        try:
+            return json.loads(path.read_text()) if path and path.is_file() else None
+        except (OSError, ValueError):
+            return None
+
+    def size(self) -> tuple[ModelSize | None, str]:
+        """The model's size and where it was read: its config.json here, else the recipe's Qwen2.5 table."""
+        config = self.config()
+        size = ModelSize.from_config(self.name, config) if isinstance(config, dict) else None
+        if size is not None:
+            return size, self.where
+        entry = table_entry(self.name)
+        if entry:
+            return ModelSize.from_config(entry[0], entry[1]), f"the recipe's {entry[0]} table (nothing of it here)"
+        return None, "no config.json here and not a Qwen2.5 size the recipe knows"
+
+
+def resolve_model(model: str) -> ModelSource:
+    """Where `model` (a folder or a hub id) is on this machine; the hub cache is hub_cache_dir()'s, read now."""
     folder = Path(os.path.expanduser(model))
-    for path, where in ((folder / "config.json", f"{folder}/config.json"),
-                        (cached_file(model) if not folder.is_dir() else None, "config.json in the HF cache")):
-        if path is not None and path.is_file():
-            try:
-                size = ModelSize.from_config(model, json.loads(path.read_text()))
-            except (OSError, ValueError):
-                size = None
-            if size is not None:
-                return size, where
-    entry = table_entry(model)
-    if entry:
-        return ModelSize.from_config(entry[0], entry[1]), f"the recipe's {entry[0]} table (nothing of it here)"
-    return None, "no config.json here and not a Qwen2.5 size the recipe knows"
+    cache = hub_cache_dir()
+    if looks_like_a_local_path(model) or folder.exists():
+        return ModelSource(model, True, folder, cache)
+    found = cached_file(model, cache=cache)
+    return ModelSource(model, False, found.parent if found else None, cache)
+
+
+def model_size(model: str) -> tuple[ModelSize | None, str]:
+    """The size of a model named by folder or hub id, and where it was read (resolve_model(model).size())."""
+    return resolve_model(model).size()

@@ -6,10 +6,19 @@
 # with their comments), then exits 0 before the script runs; without -h/--help it does nothing. A wrapper whose
 # arguments and knobs go on to another script says which, to list that one's knobs too:
 #   HELP_KNOBS_OF=run_gsm8k_grpo.sh . "$(dirname "${BASH_SOURCE[0]}")/help.sh" "$@"
+# A script whose knobs are declared in Python (the launcher's: recipes/launch/knobs.py) names that module instead;
+# they are listed by running it with Python's own library only (python3 -S), so --help needs no env:
+#   HELP_KNOBS_FROM=recipes.launch.knobs . "$(dirname "${BASH_SOURCE[0]}")/help.sh" "$@"
 for _help_arg in "$@"; do
   case "$_help_arg" in
     -h|--help)
       _help_knobs() {  # script file [names to leave out]: its knob lines and the comment lines that continue them
+        local module
+        module=$(sed -n 's/^HELP_KNOBS_FROM=\([A-Za-z0-9_.]*\) .*/\1/p' "$1")
+        if [ -n "$module" ]; then  # declared in Python: listed by it, from the repo's root, writing nothing
+          # shellcheck disable=SC2086  # the names to leave out are separate arguments
+          (cd "$(dirname "$1")/.." && python3 -B -S -m "$module" ${2:-}); return
+        fi
         # a knob line is the assignment alone (and its comment): a line that goes on to run something is not one
         awk -v skip=" ${2:-} " '
           /^(export )?[A-Z][A-Z0-9_]*=\$\{[A-Z][A-Z0-9_]*:?-/ {
@@ -27,8 +36,10 @@ for _help_arg in "$@"; do
                if (line ~ /^[A-Z][A-Z0-9_]*=\$\{/) print word[1] }' "$1"
       }
       echo "scripts/$(basename "${BASH_SOURCE[1]}"):"
-      # the header: the comment lines after the shebang, up to the first line that is not a comment
-      awk 'NR == 1 && /^#!/ { next } /^#/ { sub(/^# ?/, "  "); print; next } { exit }' "${BASH_SOURCE[1]}"
+      # the header: the comment lines after the shebang, up to the first line that is not a comment (a directive
+      # such as #SBATCH as it is written)
+      awk 'NR == 1 && /^#!/ { next } /^#[A-Z]/ { print "  " $0; next } /^#/ { sub(/^# ?/, "  "); print; next }
+           { exit }' "${BASH_SOURCE[1]}"
       _help_own=$(_help_knobs "${BASH_SOURCE[1]}")
       echo
       echo "knobs: environment variables, as the script reads them (VAR=\${VAR:-default})"

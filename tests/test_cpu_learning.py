@@ -523,7 +523,7 @@ def test_a_traced_chain_run_keeps_its_traces_in_the_spool_for_upload(tmp_path):
     assert data_prep_main(["--input_dir", str(tmp_path / "raw"), "--local_save_dir", str(tmp_path / "data")]) == 0
     out = tmp_path / "outputs"
     planned = plan(tmp_path / "data", "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=5",
-                   "data.max_response_length=192", PROFILE="cpu_learn", DRY_RUN="1", TRACE="on",
+                   "data.max_response_length=192", PROFILE="cpu_learn", VERL_PLATFORM="cpu", DRY_RUN="1", TRACE="on",
                    TRACE_RELAY="offline", WANDB_ENTITY="me", OUTPUT_DIR=str(out))
     assert planned.preflight.ok, planned.err
     assert planned.row("tracing").startswith("weave,")

@@ -247,15 +247,16 @@ def test_the_cpu_platform_answers_for_verl():
 
 
 def test_the_launch_preflight_counts_no_gpus_for_cpu_ranks(monkeypatch):
+    from recipes.config_view import ConfigView
     from recipes.preflight.checks import check_gpus
     from recipes.preflight.compose import compose_config
     from recipes.preflight.findings import Report
 
-    config = compose_config(["profile=cpu_smoke"])
+    config = ConfigView.of(compose_config(["profile=cpu_smoke"]))
     report = Report()
     check_gpus(config, report, visible=0)
-    assert report.errors == ["0 GPU(s) visible but trainer.n_gpus_per_node=2; set N_GPUS_PER_NODE=0 "
-                             "(or PROFILE=4gpu / 1gpu_smoke), or fix CUDA_VISIBLE_DEVICES"]
+    assert report.errors == ["no GPU visible but trainer.n_gpus_per_node=2; fix CUDA_VISIBLE_DEVICES, or run on a GPU "
+                             "node"]
     monkeypatch.setenv("VERL_PLATFORM", "cpu")
     report = Report()
     check_gpus(config, report, visible=0)

@@ -139,6 +139,9 @@ def test_prose_links_to_measured_figures_instead_of_repeating_them(pages, measur
     for page, text in pages.items():
         if page == measured.PAGE:
             continue
+        # the plan's time figures, which test_the_time_per_profile_table_is_the_plans_time_row_for_every_profile holds
+        # against the code: they follow it, not a measurement
+        text = re.sub(r"(## Time per profile\n.*?\n)\|.*?\n\n", r"\1\n", text, flags=re.S)
         repeated += [f"{page.name}: {m.group(0)}" for m in QUOTED_RESULT.finditer(text)]
         for tok, name in tokens.items():  # not a line number cited as path:line, nor a version ("CUDA 13.0")
             if any(not VERSION_BEFORE.search(m.string[:m.start()])
@@ -367,9 +370,10 @@ GSM8K_TRAIN_ROWS = 7473
 
 def test_the_profiles_batch_schedule_in_configuration_md_is_the_configs():
     """configuration.md says, for each profile that changes the batch, its prompts a step, its steps and the PPO
-    updates each step makes: what the composed config gives (recipes/launch/algorithm.py reads verl's rules)."""
-    from recipes.launch.algorithm import schedule_of
+    updates each step makes: what the composed config gives (recipes/preflight/schedule.py reads verl's rules)."""
+    from recipes.config_view import ConfigView
     from recipes.launch.knobs import Knobs, compose_launch_config
+    from recipes.preflight.schedule import schedule_of
 
     text = (Path(__file__).resolve().parents[1] / "docs" / "configuration.md").read_text()
     item = text[text.index("Two of them change the batch"):].split("\n3. ", 1)[0]
@@ -377,7 +381,7 @@ def test_the_profiles_batch_schedule_in_configuration_md_is_the_configs():
     assert {c[0] for c in claims} >= {"4gpu", "multinode"}, item
     for profile, prompts, steps, rest in claims:
         updates = re.search(r"\b(one|two|three|four|\d+) (?:PPO )?updates?\b", rest)
-        schedule = schedule_of(compose_launch_config(Knobs(profile=profile)))
+        schedule = schedule_of(ConfigView.of(compose_launch_config(Knobs(profile=profile))))
         assert int(prompts) == schedule.prompts, f"{profile}: {prompts} prompts a step"
         assert int(steps) == GSM8K_TRAIN_ROWS // schedule.prompts * schedule.epochs, f"{profile}: {steps} steps"
         assert updates, f"configuration.md says nothing of {profile}'s updates a step: {rest}"
@@ -400,12 +404,25 @@ def test_first_use_kernels_never_says_the_census_lacks_a_module_it_holds(repo_ro
 
 
 def script_defaults(repo_root) -> dict[str, set[str]]:
-    """{knob: its defaults} over the scripts' `NAME=${NAME:-default}` lines."""
-    found: dict[str, set[str]] = {}
+    """{knob: its defaults} over the scripts' `NAME=${NAME:-default}` lines and the launcher's declared knobs."""
+    from dataclasses import fields
+
+    from recipes.launch.knobs import Knobs
+
+    found: dict[str, set[str]] = {f.name.upper(): {f.default} for f in fields(Knobs)}
     for script in (repo_root / "scripts").glob("*.sh"):
         for name, default in re.findall(r"^(?:export )?([A-Z][A-Z0-9_]*)=\$\{\1:?-([^}]*)\}", script.read_text(), re.M):
             found.setdefault(name, set()).add(default)
     return found
+
+
+def test_configuration_md_names_every_launcher_knob(repo_root):
+    """The knobs' list in configuration.md ("Three layers") holds each knob recipes/launch/knobs.py declares."""
+    from recipes.launch.knobs import Knobs
+
+    text = (repo_root / "docs" / "configuration.md").read_text()
+    item = text[text.index("3. **Launcher knobs**"):].split("\n\n", 1)[0]
+    assert [name for name in Knobs.names() if f"`{name}`" not in item] == []
 
 
 def test_a_knobs_documented_default_is_a_scripts(pages, repo_root):
@@ -459,7 +476,7 @@ def test_the_trace_budgets_error_suggests_a_budget_of_at_least_one_group():
     """`TRACE_GB_PER_DAY=abc`: the example the error gives must trace a whole group of the default profile, not be
     clamped up to one."""
     from recipes.launch.knobs import Knobs, compose_launch_config
-    from recipes.launch.trace_budget import parse_budget
+    from recipes.preflight.trace_budget import parse_budget
     from recipes.tracing.volume import TraceBudgetError, TraceShape, volume
 
     with pytest.raises(TraceBudgetError) as refused:
@@ -512,3 +529,87 @@ def test_data_prep_from_a_checkout_runs_or_says_which_python_in_one_line(repo_ro
         lines = proc.stderr.strip().splitlines()
         assert len(lines) == 1 and ".venv" in lines[0] and "No module named 'data_prep'" not in proc.stderr, \
             proc.stderr
+
+
+# ---- the figures a newcomer reads: each page's against what the plan says -----------------------------------------
+
+def table_rows(text: str, heading: str) -> dict[str, list[str]]:
+    """{profile: its cells} of the first table after `heading`."""
+    section = text[text.index(heading):]
+    table = section[section.index("\n|"):].split("\n\n", 1)[0]
+    rows = [line.strip("|").split(" | ") for line in table.strip().splitlines()[2:]]
+    return {re.search(r"`(\w+)`", cells[0]).group(1): [c.strip() for c in cells] for cells in rows}
+
+
+@pytest.fixture(scope="module")
+def gsm8k_sized_plans(tmp_path_factory):
+    """Each profile's facts as a dry run works them out, over files of GSM8K's sizes (7473 / 1319 rows), for the
+    card the profile is for (no GPU here) and with the check scripts' small models where they give one."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from recipes.constants import PROFILE_DIR
+    from recipes.launch.knobs import Knobs, compose_launch_config
+    from recipes.preflight.facts import facts_of
+
+    folder = tmp_path_factory.mktemp("gsm8k_sized")
+    for split, rows in (("train", 7473), ("test", 1319)):
+        pq.write_table(pa.table({"row": list(range(rows))}), folder / f"{split}.parquet")
+    return {p.stem: facts_of(compose_launch_config(Knobs(profile=p.stem, data_dir=str(folder))))
+            for p in PROFILE_DIR.glob("*.yaml")}
+
+
+def test_the_time_per_profile_table_is_the_plans_time_row_for_every_profile(repo_root, gsm8k_sized_plans):
+    """how-to.md's table: every profile, its steps, a step's time and the run's, as the dry run's `time` row says
+    them (recipes/launch/plan.py time_figures, from each profile's recipe.step_time)."""
+    from recipes.launch.plan import time_figures
+
+    table = table_rows((repo_root / "docs" / "how-to.md").read_text(), "## Time per profile")
+    assert set(table) == set(gsm8k_sized_plans), "a profile without a row, or a row of no profile"
+    for profile, facts in gsm8k_sized_plans.items():
+        _, _, steps, step, run, _ = table[profile]
+        figures = time_figures(facts.view, facts.schedule, facts.size, facts.step_made_for)
+        if figures is None:
+            assert (step, run) == ("—", "—"), profile
+            continue
+        assert (steps, step, run) == (str(facts.schedule.steps), *figures[:2]), profile
+
+
+def test_the_profiles_peak_memory_in_configuration_md_is_the_plans_on_its_card(repo_root, gsm8k_sized_plans):
+    table = table_rows((repo_root / "docs" / "configuration.md").read_text(), "## Profiles for the GPUs you have")
+    for profile, cells in table.items():
+        plan = gsm8k_sized_plans[profile].memory
+        said = re.fullmatch(r"~(\d+) GB", cells[4])
+        assert said and int(said.group(1)) == round(plan.peak), f"{profile}: {cells[4]}, the plan ~{plan.peak:.0f}"
+        assert f"{plan.gpu:.0f} GB" in cells[1], f"{profile}: planned on {plan.gpu:.0f} GB, not {cells[1]}"
+
+
+def test_the_micro_batches_the_docs_name_are_the_configs(repo_root):
+    from recipes.config_view import ConfigView
+    from recipes.launch.knobs import Knobs, compose_launch_config
+
+    micro = ConfigView.of(compose_launch_config(Knobs())).actor_micro_batch
+    howto = (repo_root / "docs" / "how-to.md").read_text()
+    assert re.findall(r"`actor_rollout_ref\.actor\.ppo_micro_batch_size_per_gpu` \((\d+)\)", howto) == [str(micro)]
+    estimate = (repo_root / "docs" / "configuration.md").read_text().split("### Against the one GPU run so far")[1]
+    assert re.findall(r"3B model at\s+micro-batches of (\d+)", estimate) == [str(micro)]
+
+
+def test_stale_lines_a_newcomer_met_stay_gone(repo_root):
+    import subprocess
+
+    from recipes.launch.plan import LEGACY_TRAINER_NOTE
+
+    assert "neo" not in LEGACY_TRAINER_NOTE  # a claim of a verl branch, in every plan, nobody checks
+    install = visible((repo_root / "docs" / "install.md").read_text())
+    assert "No module named 'data_prep'" not in install  # data prep finds the repo's packages itself
+    launch_help = subprocess.run(["bash", str(repo_root / "scripts" / "run_gsm8k_grpo.sh"), "--help"],
+                                 capture_output=True, text=True, timeout=60).stdout
+    assert "line above" not in launch_help and "PYTHON=${PYTHON:-}" in launch_help
+    sbatch_help = subprocess.run(["bash", str(repo_root / "scripts" / "run_gsm8k_grpo.sbatch"), "--help"],
+                                 capture_output=True, text=True, timeout=60).stdout
+    directives = [line for line in sbatch_help.splitlines() if "SBATCH --" in line]
+    assert directives and all(line.startswith("  #SBATCH --") for line in directives), directives
+    for profile in (repo_root / "config" / "profile").glob("*.yaml"):  # the plan's figures have one home: the plan
+        said = re.findall(r"#.*~\d+ GB (?:at|while)", profile.read_text())
+        assert not said, f"{profile.name} restates the memory plan: {said}"

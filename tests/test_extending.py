@@ -1,8 +1,9 @@
-"""Extending the recipe as docs/how-to.md says, in a scratch copy of the repo: a new tool (one class file and one
-tool-set YAML), a new dataset (one module) and a changed system prompt, each file exactly as the how-to prints it.
-Then the user's commands run in the copy: the dataset's own data prep with the new tool set, the launcher's dry run
-through scripts/run_gsm8k_grpo.sh, and verl's real ToolAgentLoop in-process (the recipe's agent loop, a scripted LLM
-as the model) calling the new tool, the reward scoring the trajectory through the new dataset's answer checker."""
+"""Extending the recipe as docs/how-to.md says, in a scratch copy of the repo: a new tool (one typed function with
+verl's @function_tool and one tool-set YAML naming its file; the same tool as a class and its YAML), a new dataset
+(one module) and a changed system prompt, each file exactly as the how-to prints it. Then the user's commands run in
+the copy: the dataset's own data prep with the function's tool set, the launcher's dry run through
+scripts/run_gsm8k_grpo.sh, and verl's real ToolAgentLoop in-process (the recipe's agent loop, a scripted LLM as the
+model) calling the function, the reward scoring the trajectory through the new dataset's answer checker."""
 
 import json
 import os
@@ -17,7 +18,7 @@ import yaml
 
 from harness.standins.scripted_llm import tool_call
 from recipes.constants import REPO_ROOT
-from testkit.launcher import clean_environ
+from testkit.launcher import STAND_IN_WANDB_KEY, clean_environ
 
 HOWTO = REPO_ROOT / "docs" / "how-to.md"
 COPIED = ("recipes", "tools", "data_prep", "config", "scripts", "pyproject.toml")
@@ -50,8 +51,9 @@ def extended(tmp_path_factory):
         else:
             shutil.copy(source, root / name)
     files = howto_files()
-    assert {"tools/unit_converter.py", "config/tool_config/unit_converter.yaml", "data_prep/word_problems.py"} <= \
-        set(files), f"docs/how-to.md shows no file block for: {sorted(files)}"
+    assert {"tools/unit_converter.py", "config/tool_config/unit_converter.yaml", "tools/unit_converter_class.py",
+            "config/tool_config/unit_converter_class.yaml", "data_prep/word_problems.py"} <= set(files), \
+        f"docs/how-to.md shows no file block for: {sorted(files)}"
     for path, text in files.items():
         assert not (root / path).exists(), f"the how-to's {path} is already in the repo"
         (root / path).write_text(text)
@@ -105,11 +107,15 @@ def test_the_launchers_dry_run_takes_the_new_tool_set_and_data(extended, tmp_pat
     root, data, _ = extended
     proc = run(root, "bash", "scripts/run_gsm8k_grpo.sh",
                env={"PYTHON": sys.executable, "DRY_RUN": "1", "TOOL_SET": "unit_converter", "DATA_DIR": str(data),
-                    "EXPERIMENT_NAME": "word_problems_unit_converter", "TMPDIR": str(tmp_path)})
+                    "EXPERIMENT_NAME": "word_problems_unit_converter", "TMPDIR": str(tmp_path),
+                    "WANDB_API_KEY": STAND_IN_WANDB_KEY})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "[preflight] ok" in proc.stderr, proc.stderr
     plan = proc.stdout + proc.stderr
-    assert re.search(r"tools\s+unit_converter \(\S*config/tool_config/unit_converter\.yaml\)", plan), plan
+    # the set's YAML and the function it names, as the plan's tools row says, and as main_ppo is told
+    assert re.search(rf"tools\s+unit_converter \({root}/config/tool_config/unit_converter\.yaml\) and the functions "
+                     rf"unit_converter \({root}/tools/unit_converter\.py\)", plan), plan
+    assert f"actor_rollout_ref.rollout.multi_turn.function_tool_path={root}/tools/unit_converter.py" in proc.stdout
     assert f"train {data}/train.parquet" in plan
     assert "system prompt" not in plan  # the data is the prompt's current one: no stale-prompt warning
 
@@ -117,7 +123,7 @@ def test_the_launchers_dry_run_takes_the_new_tool_set_and_data(extended, tmp_pat
 def test_verls_agent_loop_calls_the_new_tool_and_the_reward_scores_the_new_dataset(extended):
     root, _, got = extended
     assert got["repo_root"] == str(root) and got["tool_config"].startswith(str(root))  # the copy, not the repo
-    assert got["tools"] == ["unit_converter"]
+    assert got["tools"] == ["unit_converter"] and got["tool_kind"] == "FunctionTool"  # the how-to's function
     assert len(got["tool_turns"]) == 1 and "150" in got["tool_turns"][0]  # the tool answered the model's call
     assert got["reward_score"] == 1.0
     assert got["reward"] == {"acc": 1.0, "acc_strict": 1.0, "num_tool_calls": 1, "pred": "150"}
@@ -131,3 +137,11 @@ def test_a_data_source_no_dataset_declares_is_one_clear_error(extended):
     assert error.startswith("UnknownDataSource: no dataset declares data_source 'example/other'"), error
     assert "example/word_problems" in error and "openai/gsm8k" in error and "data_prep/" in error
     assert "\n" not in error
+
+
+def test_the_class_form_of_the_tool_is_a_tool_set_of_its_own(extended):
+    """The how-to's class for the same tool loads through verl's registry beside the function, in one process (a
+    class never imports the function's file, which verl registers once)."""
+    _, _, got = extended
+    assert got["tool_sets"]["unit_converter_class"] == ["unit_converter"]
+    assert got["tool_sets"]["unit_converter"] == ["unit_converter"] and got["tool_sets"]["none"] == []

@@ -242,3 +242,32 @@ def test_the_probe_refuses_a_knob_it_cannot_use_in_one_line_and_changes_nothing(
     proc, last, work = run_refused("probe_gpu_step.sh", tmp_path, knobs)
     assert proc.returncode == 1 and last.startswith(f"[probe] error: {said.format(work=work)}"), proc.stderr
     assert [p.name for p in work.iterdir()] == [EARLIER_RUN]
+
+
+@pytest.mark.parametrize("profile, home", [("4gpu", "profile/4gpu.yaml"), ("1x24gb", "profile/1x24gb.yaml"),
+                                           ("8xh100", "gsm8k_multiturn_grpo.yaml")])
+def test_the_probes_measured_step_replaces_the_estimate_where_the_plan_reads_it(tmp_path, profile, home):
+    """A copy of config/: the measured step lands in the profile's own recipe.step_time (8xh100's is the recipe's),
+    every other line as it was; the composed config, and so the plan's time row, read the measurement."""
+    import shutil
+
+    from harness.probe.step_time import record_step_time
+    from recipes.config_view import ConfigView
+    from recipes.constants import CONFIG_DIR
+    from recipes.preflight.compose import compose_config
+
+    config_dir = tmp_path / "config"
+    shutil.copytree(CONFIG_DIR, config_dir)
+    before = (config_dir / home).read_text().splitlines()
+    source = 'measured on one H100 by scripts/probe_gpu_step.sh, a "quoted" note'
+    assert record_step_time(profile, 87.24, "Qwen2.5-3B", source, config_dir) == config_dir / home
+    after = (config_dir / home).read_text().splitlines()
+    line = ('  step_time: {seconds: [87.2, 87.2], model: Qwen2.5-3B, source: "measured on one H100 by '
+            'scripts/probe_gpu_step.sh, a \\"quoted\\" note"}')
+    new = [x for x in after if x not in before]
+    assert new == [line] if any("step_time" in x for x in before) else new == ["recipe:", line]  # 4gpu had none
+    assert [x for x in before if x not in after] == [x for x in before if x.startswith("  step_time:")]
+    view = ConfigView.of(compose_config([f"profile={profile}"], config_dir=config_dir))
+    assert (view.step_seconds, view.step_model, view.step_source) == ((87.2, 87.2), "Qwen2.5-3B", source)
+    others = ConfigView.of(compose_config(["profile=lora"], config_dir=config_dir))
+    assert others.step_seconds == (87.2, 87.2) if profile == "8xh100" else (60.0, 90.0)  # the recipe's, inherited

@@ -16,9 +16,9 @@ from omegaconf import OmegaConf
 from recipes.constants import PROFILE_DIR, REPO_ROOT
 from recipes.launch import ray_job
 from recipes.launch.__main__ import main as launcher_main
-from recipes.launch.decision import SUBMIT, TRAIN, dry_run_lines, plan_launch
+from recipes.launch.decision import MAIN_PPO, SUBMIT, TRAIN, dry_run_lines, plan_launch
 from recipes.launch.knobs import KnobError, Knobs
-from testkit.launcher import clean_environ, override_dict, plan, run_script
+from testkit.launcher import STAND_IN_WANDB_KEY, clean_environ, override_dict, plan, run_script
 
 PROFILES = sorted(p.stem for p in PROFILE_DIR.glob("*.yaml"))
 DEFAULT_PROFILE = "8xh100"  # scripts/run_gsm8k_grpo.sh's PROFILE default: the conftest's default_dry_run
@@ -59,6 +59,8 @@ def test_every_profile_dry_runs(prepared_data_dir, default_dry_run, request, tmp
         (tmp_path / "small").mkdir()
         (tmp_path / "small" / "config.json").write_text("{}")
         planned = plan(prepared_data_dir, PROFILE=profile, DRY_RUN="1", MODEL_PATH=str(tmp_path / "small"))
+    elif profile.startswith("cpu_"):  # their scripts run them on verl's CPU platform (scripts/cpu_env.sh)
+        planned = plan(prepared_data_dir, PROFILE=profile, DRY_RUN="1", VERL_PLATFORM="cpu")
     else:
         planned = plan(prepared_data_dir, PROFILE=profile, DRY_RUN="1")
     assert planned.preflight.ok, planned.err
@@ -71,25 +73,26 @@ def test_every_profile_dry_runs(prepared_data_dir, default_dry_run, request, tmp
     assert OmegaConf.select(planned.launch.config, "algorithm.adv_estimator") == "grpo"
 
 
-def test_the_shell_launcher_hands_its_knobs_to_the_entry_point_with_the_same_defaults(tmp_path):
-    """scripts/run_gsm8k_grpo.sh's `VAR=${VAR:-default}` lines and recipes.launch.knobs.Knobs agree: what the script
-    hands over with no knob set is what Knobs() resolves to (a PYTHON that records its environment stands in for
-    the interpreter, so nothing runs)."""
+def test_the_shell_launcher_is_a_thin_front_over_the_declared_knobs(tmp_path):
+    """scripts/run_gsm8k_grpo.sh declares no knob: it picks the Python and hands the environment on as it is, so
+    the entry point reads every knob, defaults included, from their one declaration (recipes/launch/knobs.py); a
+    PYTHON that records its environment stands in for the interpreter, so nothing runs."""
     recorder = tmp_path / "python"
     got_file = tmp_path / "got"
     recorder.write_text(f"#!{sys.executable}\nimport json, os, sys\n"
                         "json.dump({'argv': sys.argv[1:], 'env': dict(os.environ)}, "
                         f"open({str(got_file)!r}, 'w'))\n")
     recorder.chmod(0o755)
-    env = clean_environ(PYTHON=str(recorder), HOME=str(tmp_path))
+    env = clean_environ(PYTHON=str(recorder), HOME=str(tmp_path), PROFILE="4gpu")
     proc = subprocess.run(["bash", str(REPO_ROOT / "scripts" / "run_gsm8k_grpo.sh"), "trainer.total_epochs=1"],
                           env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     got = json.loads((tmp_path / "got").read_text())
     assert got["argv"] == ["-m", "recipes.launch", "trainer.total_epochs=1"]
-    handed = Knobs.from_environ(got["env"])
-    assert handed == Knobs(python=str(recorder), data_dir=f"{tmp_path}/data/gsm8k")
-    assert set(Knobs.names()) <= set(got["env"]), "a knob the entry point reads is not exported by the script"
+    assert {name for name in Knobs.names() if name in got["env"]} == {"PYTHON", "PROFILE"}
+    assert Knobs.from_environ(got["env"]) == Knobs(python=str(recorder), profile="4gpu")
+    script = (REPO_ROOT / "scripts" / "run_gsm8k_grpo.sh").read_text()
+    assert not re.findall(r"^[A-Z][A-Z0-9_]*=\$\{", script, re.M), "a knob declared in the script"
 
 
 def test_the_shell_launcher_dry_runs_end_to_end(prepared_data_dir, tmp_path):
@@ -100,7 +103,7 @@ def test_the_shell_launcher_dry_runs_end_to_end(prepared_data_dir, tmp_path):
                       DRY_RUN_CONFIG=str(config))
     assert proc.returncode == 0, proc.stderr
     assert "adv_estimator: grpo" in config.read_text() and "adv_estimator" not in proc.stdout
-    assert len(proc.stdout.splitlines()) <= 16, proc.stdout
+    assert len(proc.stdout.splitlines()) <= 17, proc.stdout
     last = proc.stdout.splitlines()[-1]
     assert " -m recipes.trainer.main_ppo " in last and last.endswith("trainer.total_epochs=1")
     assert sum(line.startswith("[traces] Weave traces: ") for line in proc.stderr.splitlines()) == 1, proc.stderr
@@ -161,7 +164,7 @@ def test_publishing_evaluations_while_training_runs_a_watcher_beside_main_ppo(pr
     config = tmp_path / "dry" / "config.yaml"  # DRY_RUN_CONFIG: where the user wants the composed config
     # TP: a knob of a launcher before the first release; a shell that still sets it changes nothing
     env = clean_environ(PYTHON=sys.executable, DATA_DIR=str(prepared_data_dir), DRY_RUN="1", PUBLISH_EVALS="1",
-                        OUTPUT_DIR="/runs/a", DRY_RUN_CONFIG=str(config), TP="2")
+                        OUTPUT_DIR="/runs/a", DRY_RUN_CONFIG=str(config), TP="2", WANDB_API_KEY=STAND_IN_WANDB_KEY)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     assert launcher_main([], env) == 0  # the entry point's DRY_RUN: writes the composed config where asked
@@ -185,7 +188,14 @@ def test_rollout_concurrency_below_a_step_is_warned(preflight_script, launcher_o
 @pytest.mark.parametrize(
     "env, message",
     [
-        ({"PROFILE": "16xh100"}, "unknown PROFILE=16xh100"),
+        ({"PROFILE": "16xh100"}, re.escape("unknown PROFILE=16xh100; choose one of: 1gpu_smoke 1x24gb 1x24gb_lora "
+                                           "1x80gb 4gpu 4x40gb 8xh100 lora multinode (and cpu_learn for scripts/"
+                                           "learn_cpu.sh, cpu_smoke for scripts/smoke_cpu.sh, gpu_learn for scripts/"
+                                           "learn_gpu.sh)")),
+        ({"PROFILE": "gpu_learn"}, re.escape("PROFILE=gpu_learn is scripts/learn_gpu.sh's (it gives the profile its "
+                                             "small model (MODEL_PATH)), not a launch profile: run bash "
+                                             "scripts/learn_gpu.sh")),
+        ({"PROFILE": "cpu_smoke"}, "PROFILE=cpu_smoke is scripts/smoke_cpu.sh's .* not a launch profile"),
         ({"TRACE": "maybe"}, "TRACE must be on or off"),
         ({"TOOL_SET": "calculater"},
          "unknown TOOL_SET=calculater; choose one of: both calc_gsm8k_reward calculator none"),
@@ -197,6 +207,69 @@ def test_rollout_concurrency_below_a_step_is_warned(preflight_script, launcher_o
 def test_a_knob_the_launch_cannot_use_is_refused_in_one_line(prepared_data_dir, env, message):
     with pytest.raises(KnobError, match=message):
         plan(prepared_data_dir, DRY_RUN="1", **env)
+
+
+# ---- what a newcomer meets: the time a run takes, the dry run as strict as the launch, a laptop offline ----------
+
+def test_the_plan_says_what_the_run_takes_and_where_the_step_time_comes_from(gsm8k_sized):
+    assert profile_plan(gsm8k_sized, "8xh100")["time"] == (
+        "~7.2-11 h: 435 steps x 60-90 s a step (the 8xH100 estimate from the work a step does, "
+        "docs/configuration.md#step-time-on-8xh100-estimate); validations and checkpoints not counted")
+    assert profile_plan(gsm8k_sized, "1x24gb")["time"].startswith(
+        "~4.9-9.7 days: 3495 steps x 2-4 min a step (projected")
+    # another model: the profile's step time, scaled by its parameters, and said so
+    bigger = profile_plan(gsm8k_sized, "1x24gb", "actor_rollout_ref.model.path=Qwen/Qwen2.5-1.5B-Instruct")["time"]
+    assert "3495 steps x 6.2-12 min a step" in bigger and "made for Qwen2.5-0.5B, x3.1 for this model's 1.5B" in bigger
+    assert profile_plan(gsm8k_sized, "1x24gb", "trainer.total_training_steps=10")["time"].startswith("~20-40 min: 10")
+
+
+def dry_run_in_process(monkeypatch, tmp_path, data_dir, **env) -> tuple[int, str, str]:
+    """The entry point's DRY_RUN as the shell front runs it, in this process: (exit status, stdout, stderr)."""
+    import contextlib
+    import io
+
+    environ = clean_environ(PYTHON=sys.executable, DATA_DIR=str(data_dir), DRY_RUN="1", HOME=str(tmp_path),
+                            DRY_RUN_CONFIG=str(tmp_path / "config.yaml"), **env)
+    for name in [k for k in list(os.environ) if k not in environ]:
+        monkeypatch.delenv(name)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = launcher_main([], environ)
+    return status, out.getvalue(), err.getvalue()
+
+
+def test_a_dry_run_without_a_wandb_key_prints_its_plan_and_fails_as_the_launch_would(prepared_data_dir,
+                                                                                     monkeypatch, tmp_path):
+    status, out, err = dry_run_in_process(monkeypatch, tmp_path, prepared_data_dir)
+    assert status == 1, err
+    assert ("[preflight] ERROR: wandb logger and weave trace need W&B credentials: export WANDB_API_KEY=... (or "
+            "`wandb login` for api.wandb.ai), or turn them off with LOGGER=console TRACE=off") in err
+    assert "[preflight] not checked by a dry run (they need the GPU node): its GPU count" in err  # said, not skipped
+    assert out.startswith("# DRY_RUN=1: the preflight found 1 problem(s) (above) that stop a launch, nothing "
+                          "started; fixed, the launch would run (profile 8xh100):\n#   model     "), out
+    assert "#   time      ~30-45 min: 30 steps x 60-90 s a step" in out  # 15 epochs of 520 rows // 256
+    assert out.splitlines()[-1].split()[1:3] == ["-m", MAIN_PPO]
+
+
+def test_a_laptop_plans_a_model_it_has_not_downloaded_and_still_catches_a_typo(prepared_data_dir, tmp_path):
+    offline = {"HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "empty"), "PATH": "/usr/bin:/bin"}
+    planned = plan(prepared_data_dir, DRY_RUN="1", PROFILE="1x24gb", **offline)
+    assert planned.preflight.ok, planned.err
+    (line,) = [x for x in planned.err.splitlines() if "Qwen/Qwen2.5-0.5B-Instruct is not in" in x]
+    assert line == (f"[preflight] WARNING: model: Qwen/Qwen2.5-0.5B-Instruct is not in the local Hugging Face cache "
+                    f"{tmp_path / 'empty'} (HF_HUB_OFFLINE=1: the cache was asked, not the hub): planned from the "
+                    "recipe's table of its size; download it before the launch, where the hub can be reached: hf "
+                    f"download Qwen/Qwen2.5-0.5B-Instruct (into {tmp_path / 'empty'}, or set MODEL_PATH to a folder "
+                    "holding it)")
+    assert planned.row("memory").endswith("0.49B parameters from the recipe's Qwen2.5-0.5B table (nothing of it here)")
+    # the card the profile is named for, with no GPU to ask
+    assert planned.row("memory").startswith("~18 of 24 GB a GPU at its peak")
+    assert "24 GB: the card the profile is for (recipe.gpu_memory_gb), no nvidia-smi here" in planned.row("memory")
+    assert plan(prepared_data_dir, DRY_RUN="1", PROFILE="4x40gb", **offline).row("memory").startswith("~30 of 40 GB")
+    typo = plan(prepared_data_dir, DRY_RUN="1", PROFILE="1x24gb", MODEL_PATH="Qwen/Qwen2.5-0.5b-instruct", **offline)
+    assert not typo.preflight.ok and "did you mean Qwen/Qwen2.5-0.5B-Instruct?" in typo.err
 
 
 @pytest.mark.parametrize(
@@ -345,8 +418,9 @@ def test_a_hub_model_id_and_an_existing_model_folder_pass(preflight_script, laun
 def test_the_plan_says_when_nothing_is_checkpointed():
     from recipes.launch.plan import plan_rows
     from recipes.preflight.compose import compose_config
+    from recipes.preflight.facts import facts_of
 
-    schedule = dict(plan_rows(compose_config(["profile=1gpu_smoke"])))["schedule"]
+    schedule = dict(plan_rows(facts_of(compose_config(["profile=1gpu_smoke"]))))["schedule"]
     assert schedule == "2 steps (trainer.total_training_steps); validation every 2 steps, no checkpoints " \
                        "(trainer.save_freq=-1)"
 
@@ -381,10 +455,11 @@ def gsm8k_sized(tmp_path_factory):
 def profile_plan(folder, profile: str, *extra: str) -> dict[str, str]:
     from recipes.launch.plan import plan_rows
     from recipes.preflight.compose import compose_config
+    from recipes.preflight.facts import facts_of
 
     overrides = [f"profile={profile}", f"data.train_files={folder}/train.parquet",
                  f"data.val_files={folder}/test.parquet", *extra]
-    return dict(plan_rows(compose_config(overrides), None, overrides))
+    return dict(plan_rows(facts_of(compose_config(overrides)), None, overrides))
 
 
 def test_the_plan_says_updates_steps_and_what_validation_scores(gsm8k_sized):

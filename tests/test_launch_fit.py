@@ -5,21 +5,31 @@ of no step, a GPU count the batch does not divide, contradictory trace knobs, a 
 checkpoints."""
 
 import os
+import re
 import subprocess
 import sys
 
 import pytest
 
 import record_measured as measured
+from recipes.config_view import ConfigView
 from recipes.constants import REPO_ROOT
 from recipes.launch.knobs import KnobError, Knobs
-from recipes.models import model_size
+from recipes.models import model_size, resolve_model
 from recipes.preflight.compose import compose_config
 from recipes.preflight.findings import Report
 from recipes.preflight.hub_model import check_hub_model
-from recipes.preflight.memory import GIB, MICRO_KEYS, check_memory, gpu_memory, plan_memory, train_activation_bytes
+from recipes.preflight.memory import (
+    GIB,
+    MICRO_KEYS,
+    check_memory,
+    gpu_memory,
+    plan_for,
+    plan_memory,
+    train_activation_bytes,
+)
 from testkit.hf_cache import HubAPI, write_cached_model, write_hub_cache
-from testkit.launcher import clean_environ, plan, run_script
+from testkit.launcher import Planned, clean_environ, plan, run_script
 
 QWEN_3B, TYPO = "Qwen/Qwen2.5-3B-Instruct", "Qwen/Qwen2.5-3b-instruct"
 
@@ -32,7 +42,7 @@ def test_the_plan_matches_the_one_gpu_measurement():
     """The 1-GPU smoke (0.5B shape, micro-batches of 4 trajectories of ~880 tokens: ~3.5k packed tokens) peaked at
     verl's actor/perf/max_memory_allocated_gb; the plan's actor at that shape (shards, gathered blocks, activations)
     is within 10% of it."""
-    config = compose_config(["profile=1gpu_smoke"])
+    config = ConfigView.of(compose_config(["profile=1gpu_smoke"]))
     size, _ = model_size("Qwen/Qwen2.5-0.5B-Instruct")
     plan = plan_memory(config, size, "table", 79.2, "the smoke's H100")
     gathered = (2 * 2 * 2 * size.layer_parameters + 2 * size.embedding_parameters) / GIB
@@ -45,7 +55,8 @@ def test_the_dry_run_prints_a_memory_row_per_gpu(default_dry_run):
     assert row.startswith("~52 of 80 GB a GPU at its peak, training (an estimate: docs/configuration.md#memory): "
                           "FSDP shards 5.7 GB (params 1.4, grads 1.4, Adam 2.9; full fine-tuning; the reference model "
                           "on the CPU), activations ~42 GB at 16 x 2048 tokens (checkpointing on); SGLang "), row
-    assert "released while the actor computes; 80 GB: GPU_MEMORY_GB's default, no nvidia-smi here" in row
+    assert "released while the actor computes; 80 GB: the card the profile is for (recipe.gpu_memory_gb), no " \
+           "nvidia-smi here" in row
     assert row.endswith("3.09B parameters from config.json in the HF cache")
 
 
@@ -65,29 +76,33 @@ def test_3b_full_fine_tuning_on_one_gpu_is_refused_with_the_cheapest_fix_that_fi
 def test_each_gpu_profile_fits_the_gpus_it_is_for(profile, gpus, gb):
     """The plan of each hardware profile (its dry run: test_launch_dry_run.py) on the GPUs its name says, with room
     for the estimate's error."""
-    config = compose_config([f"profile={profile}"])
+    view = ConfigView.of(compose_config([f"profile={profile}"]))
     report = Report()
-    plan = check_memory(config, report, {"GPU_MEMORY_GB": str(gb), "PATH": "/nonexistent"})
-    assert report.errors == report.warnings == [] and config.trainer.n_gpus_per_node == gpus
+    plan, _ = plan_for(view, resolve_model(view.model_path), gb, {"PATH": "/nonexistent"})
+    check_memory(view, plan, report)
+    assert report.errors == report.warnings == [] and view.gpus_per_node == gpus
     assert plan.gpu == gb and plan.peak <= 0.85 * gb, plan.row()
 
 
-def test_the_gpus_memory_comes_from_nvidia_smi_else_the_knob_else_80(tmp_path):
+def test_the_gpus_memory_comes_from_nvidia_smi_else_the_knob_else_the_profiles_card(tmp_path):
     smi = tmp_path / "nvidia-smi"
     smi.write_text("#!/bin/sh\necho 24564\necho 24564\n")  # --query-gpu=memory.total in MiB, one line a GPU
     smi.chmod(0o755)
-    assert gpu_memory({"PATH": str(tmp_path), "GPU_MEMORY_GB": "80"}) == (24564 / 1024, "nvidia-smi")
-    assert gpu_memory({"PATH": "/nonexistent", "GPU_MEMORY_GB": "40"}) == (40.0, "GPU_MEMORY_GB")
-    assert gpu_memory({"PATH": "/nonexistent"})[0] == 80.0
+    assert gpu_memory(80, 40, {"PATH": str(tmp_path)}) == (24564 / 1024, "nvidia-smi")
+    assert gpu_memory(40, 24, {"PATH": "/nonexistent", "GPU_MEMORY_GB": "80"}) == (40.0, "GPU_MEMORY_GB")
+    # no knob: the card the profile is for (the environment's GPU_MEMORY_GB is the launcher's to read, not this)
+    assert gpu_memory(None, 24, {"PATH": "/nonexistent", "GPU_MEMORY_GB": "80"})[0] == 24.0
+    assert gpu_memory(None, None, {"PATH": "/nonexistent"})[0] is None
     with pytest.raises(KnobError, match="GPU_MEMORY_GB must be a GPU's memory in GB"):
         Knobs(gpu_memory_gb="lots").check({})
 
 
 def test_smaller_micro_batches_shrink_the_plan_where_the_logits_dominate():
-    config = compose_config(["profile=8xh100"])
+    config = ConfigView.of(compose_config(["profile=8xh100"]))
     size, _ = model_size(QWEN_3B)
     at16 = plan_memory(config, size, "", 80, "")
-    at8 = plan_memory(compose_config(["profile=8xh100", *[f"{k}=8" for k in MICRO_KEYS]]), size, "", 80, "")
+    at8 = plan_memory(ConfigView.of(compose_config(["profile=8xh100", *[f"{k}=8" for k in MICRO_KEYS]])), size, "",
+                      80, "")
     assert at16.activations > 1.8 * at8.activations and at16.phases["rollout"] == at8.phases["rollout"]
 
 
@@ -115,8 +130,8 @@ def test_a_hub_id_is_asked_of_the_hub_when_online(prepared_data_dir, tmp_path, m
         monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
         environ = {"HF_ENDPOINT": hub.url, "HF_HUB_OFFLINE": "0"}
         missing, right = Report(), Report()
-        check_hub_model(compose_config(["actor_rollout_ref.model.path=Qwen/Qwen2.5-3B-Instrcut"]), missing, environ)
-        check_hub_model(compose_config([]), right, environ)
+        check_hub_model(resolve_model("Qwen/Qwen2.5-3B-Instrcut"), missing, environ)
+        check_hub_model(resolve_model(QWEN_3B), right, environ)
     assert hub.asked == [TYPO, "Qwen/Qwen2.5-3B-Instrcut", QWEN_3B]
     assert missing.errors == [f"actor_rollout_ref.model.path: Qwen/Qwen2.5-3B-Instrcut is not a model on the hub "
                               f"({hub.url}; a private one needs HF_TOKEN): did you mean {QWEN_3B}?"]
@@ -143,7 +158,8 @@ def test_a_schedule_of_no_step_is_refused(tmp_path):
     assert gsm8k.main(["--input_dir", str(REPO_ROOT / "data_prep" / "gsm8k_sample"), "--local_save_dir",
                        str(sample)]) == 0
     proc = run_script("run_gsm8k_grpo.sh", sample, DRY_RUN="1")
-    assert proc.returncode == 1 and "[preflight] ok" not in proc.stderr and "steps = 15 epochs" not in proc.stdout
+    assert proc.returncode == 1 and "[preflight] ok" not in proc.stderr
+    assert "#   schedule  0 steps = 15 epochs x 0 (32 rows // 256)" in proc.stdout  # the plan, and its problem
     assert "[preflight] ERROR: 0 training steps: 32 training rows // 256 prompts a step = 0 steps an epoch" in \
         proc.stderr, proc.stderr
 
@@ -152,9 +168,14 @@ def test_a_gpu_count_the_batch_does_not_divide_is_refused_with_the_counts_that_d
     refused = plan(prepared_data_dir, DRY_RUN="1", N_GPUS_PER_NODE="3")
     assert not refused.preflight.ok and "AssertionError: real_train_batch_size" not in refused.err
     (line,) = [x for x in refused.err.splitlines() if x.startswith("[preflight] ERROR")]
+    # the counts and the batch that pass every rule, as given: 1, 2 or 4 GPUs would not hold 3B's step or all of
+    # its trajectories at once; 255 prompts (before) split GRPO groups over the 16 agent-loop workers and overfilled
+    # the 3 engines; 96 is whole for both
     assert line == ("[preflight] ERROR: the step's 256 prompts x 16 samples = 4096 trajectories do not split evenly "
-                    "over 3 GPUs: verl would stop with an AssertionError; use N_GPUS_PER_NODE=1, 2, 4, 8 or 16, or a "
-                    "batch 3 GPUs divide (data.train_batch_size=255 actor_rollout_ref.actor.ppo_mini_batch_size=255)")
+                    "over 3 GPUs: verl would stop with an AssertionError; use N_GPUS_PER_NODE=8 or 16, or a "
+                    "batch 3 GPUs divide (data.train_batch_size=96 actor_rollout_ref.actor.ppo_mini_batch_size=96)")
+    passes(prepared_data_dir, "data.train_batch_size=96", "actor_rollout_ref.actor.ppo_mini_batch_size=96",
+           N_GPUS_PER_NODE="3")
 
 
 def test_trace_off_with_a_trace_budget_is_refused_before_any_ok(prepared_data_dir):
@@ -219,3 +240,117 @@ def test_the_evaluation_takes_the_gpus_it_finds_and_warns_of_no_training_step(pr
     assert proc.returncode == 0, proc.stderr
     assert "#   hardware  1 node(s) x 2 GPU(s)" in proc.stdout
     assert "trajectories of a step" not in proc.stderr
+
+
+def test_every_check_finds_a_hub_model_in_the_cache_hf_hub_cache_names(tmp_path, monkeypatch):
+    """HF_HUB_CACHE set after huggingface_hub read its own (as the suite's in-process dry runs set it, verl and
+    transformers imported): the hub check, the memory plan and the checkpoint sizing all read the model from that
+    one cache. Before, the checkpoint sizing asked huggingface_hub's default and found nothing."""
+    import json
+    import struct
+
+    import huggingface_hub.constants  # noqa: F401 -- its HF_HUB_CACHE read now, before the one set below
+
+    from recipes.preflight.facts import facts_of
+    from recipes.preflight.storage import check_checkpoint_space, model_parameter_count
+
+    cache = tmp_path / "elsewhere"
+    snapshot = write_cached_model(cache, "Qwen/Qwen2.5-0.5B-Instruct",
+                                  {"hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24,
+                                   "num_attention_heads": 14, "num_key_value_heads": 2, "vocab_size": 151936,
+                                   "tie_word_embeddings": True})
+    header = json.dumps({"embed": {"dtype": "BF16", "shape": [151936, 896], "data_offsets": [0, 0]}}).encode()
+    (snapshot / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header)
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+    facts = facts_of(compose_config(["profile=1x24gb", f"trainer.default_local_dir={tmp_path}/ckpt"]))
+    assert facts.model.folder == snapshot
+    hub, space = Report(), Report()
+    check_hub_model(facts.model, hub)
+    assert hub.errors == [] and hub.notes[0].startswith(f"model: Qwen/Qwen2.5-0.5B-Instruct is in the local Hugging "
+                                                        f"Face cache {cache} (HF_HUB_OFFLINE=1")
+    assert facts.memory.size_source == "config.json in the HF cache"
+    assert model_parameter_count(facts.model) == 151936 * 896
+    check_checkpoint_space(facts.view, 435, facts.model, space)
+    assert not [w for w in space.warnings if "cannot size the checkpoints" in w]
+
+
+# ---- every fix a refusal suggests passes as given ---------------------------------------------------------------
+
+SUGGESTED = re.compile(r"\b([A-Z][A-Z0-9_]*|[a-z_]+(?:\.[a-z_]+)+)=([^\s,;:()]+)")
+
+
+def suggested(text: str) -> tuple[dict[str, str], list[str]]:
+    """(knobs, hydra overrides) a suggestion names, as a user would type them."""
+    knobs, overrides = {}, []
+    for key, value in SUGGESTED.findall(text):
+        if key.isupper():
+            knobs[key] = value
+        else:
+            overrides.append(f"{key}={value}")
+    return knobs, overrides
+
+
+def passes(data_dir, *overrides, before: Planned | None = None, **env) -> None:
+    """The launch with a suggestion applied: no problem, and no warning the refused launch did not have already (the
+    disk's free space is this machine's)."""
+    fixed = plan(data_dir, *overrides, DRY_RUN="1", **env)
+    assert fixed.preflight.ok, fixed.err
+    def kind(warning: str) -> str:
+        return warning.split(";")[0].split(" (")[0]
+
+    had = {kind(w) for w in (before.preflight.report.warnings if before and before.preflight.report else [])}
+    assert [w for w in fixed.preflight.report.warnings if "GB free" not in w and kind(w) not in had] == [], fixed.err
+
+
+TP2 = "actor_rollout_ref.rollout.tensor_model_parallel_size=2"
+# a setting the preflight refuses (or warns of), and the words of its line that come before the fixes
+REFUSALS = {"gpus that do not divide the step": ({"N_GPUS_PER_NODE": "3"}, (), "AssertionError; use "),
+            "a model that does not fit one GPU": ({"N_GPUS_PER_NODE": "1"}, (), "the cheapest fix: "),
+            "workers that split groups": ({}, ("actor_rollout_ref.rollout.agent.num_workers=12",), "groups; use "),
+            "engines that cannot run a step at once": ({}, (TP2, "actor_rollout_ref.rollout.max_num_seqs=256"),
+                                                       "; set ")}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSALS))
+def test_a_refusals_suggested_fix_passes_as_given(prepared_data_dir, case):
+    """Each alternative the line offers, applied as given (every GPU count it lists, each one alone), passes the
+    whole preflight with no warning of its rules."""
+    env, args, before = REFUSALS[case]
+    refused = plan(prepared_data_dir, *args, DRY_RUN="1", **env)
+    (line,) = [x for x in refused.err.splitlines() if before in x]
+    for alternative in line.split(before, 1)[1].split(" if ")[0].split(", or "):
+        knobs, overrides = suggested(alternative)
+        if "N_GPUS_PER_NODE" in knobs:
+            counts = re.findall(r"\d+", alternative.split("N_GPUS_PER_NODE=", 1)[1].split(" (")[0])
+        else:
+            counts = [env.get("N_GPUS_PER_NODE", "")]
+        assert overrides or counts != [env.get("N_GPUS_PER_NODE", "")], line  # it suggests something
+        for count in counts:
+            passes(prepared_data_dir, *args, *overrides, before=refused, **{**env, "N_GPUS_PER_NODE": count})
+
+
+def test_the_fewer_prompts_a_short_dataset_is_told_to_take_pass(tmp_path):
+    from data_prep import gsm8k
+
+    sample = tmp_path / "sample"  # the bundled 32-row sample, under 8xh100's 256 prompts a step
+    assert gsm8k.main(["--input_dir", str(REPO_ROOT / "data_prep" / "gsm8k_sample"), "--local_save_dir",
+                       str(sample)]) == 0
+    refused = plan(sample, DRY_RUN="1")
+    (line,) = [e for e in refused.preflight.report.errors if e.startswith("0 training steps")]
+    _, overrides = suggested(line.split("take fewer prompts a step", 1)[1])
+    assert overrides == ["data.train_batch_size=32", "actor_rollout_ref.actor.ppo_mini_batch_size=32"], line
+    passes(sample, *overrides)
+
+
+def test_the_gpus_a_node_shows_come_with_the_batch_they_divide(prepared_data_dir):
+    from recipes.preflight.checks import check_gpus
+
+    facts = plan(prepared_data_dir, DRY_RUN="1").launch.facts
+    report = Report()
+    check_gpus(facts.view, report, visible=3, breaks=facts.breaks)
+    (line,) = report.errors
+    knobs, overrides = suggested(line.split("; set ", 1)[1])
+    assert knobs == {"N_GPUS_PER_NODE": "3"} and overrides, line
+    passes(prepared_data_dir, *overrides, **knobs)

@@ -5,7 +5,9 @@ Each composes the recipe's real config (hydra, as the launcher does) and runs th
 import pytest
 
 from harness.qwen_tokenizer import build_tiny_qwen2_model_dir
+from recipes.config_view import ConfigView
 from recipes.credentials import wandb_api_key
+from recipes.models import resolve_model
 from recipes.preflight.checks import check_cpu_rollout, check_model
 from recipes.preflight.compose import compose_config
 from recipes.preflight.findings import Report
@@ -25,21 +27,27 @@ def run(check, *overrides, **kw) -> Report:
     return report
 
 
+def run_on_view(check, *overrides, **kw) -> Report:
+    report = Report()
+    check(ConfigView.of(compose_config(list(overrides))), report, **kw)
+    return report
+
+
 def test_lora_without_merge_is_refused_for_sglang_and_the_lora_profile_merges():
-    assert "lora.merge=True" in run(check_lora_with_sglang, "actor_rollout_ref.model.lora_rank=64").errors[0]
-    assert "lora.merge=True" in run(check_lora_with_sglang, "actor_rollout_ref.model.lora.rank=8").errors[0]
-    assert run(check_lora_with_sglang, "profile=lora").errors == []
-    assert run(check_lora_with_sglang).errors == []  # no LoRA, nothing to say
+    assert "lora.merge=True" in run_on_view(check_lora_with_sglang, "actor_rollout_ref.model.lora_rank=64").errors[0]
+    assert "lora.merge=True" in run_on_view(check_lora_with_sglang, "actor_rollout_ref.model.lora.rank=8").errors[0]
+    assert run_on_view(check_lora_with_sglang, "profile=lora").errors == []
+    assert run_on_view(check_lora_with_sglang).errors == []  # no LoRA, nothing to say
 
 
 @pytest.mark.parametrize("profile", ["8xh100", "4gpu", "multinode", "1gpu_smoke"])
 def test_every_profile_runs_all_trajectories_of_a_step_at_once(profile):
-    assert run(check_rollout_concurrency, f"profile={profile}").warnings == []
+    assert run_on_view(check_rollout_concurrency, f"profile={profile}").warnings == []
 
 
 def test_too_few_engine_slots_are_reported_with_the_value_that_fits():
-    (warning,) = run(check_rollout_concurrency, "actor_rollout_ref.rollout.tensor_model_parallel_size=2",
-                     "actor_rollout_ref.rollout.max_num_seqs=256").warnings
+    (warning,) = run_on_view(check_rollout_concurrency, "actor_rollout_ref.rollout.tensor_model_parallel_size=2",
+                             "actor_rollout_ref.rollout.max_num_seqs=256").warnings
     assert warning.startswith("only 1024 of the 4096 trajectories") and "max_num_seqs=1024" in warning
 
 
@@ -51,18 +59,22 @@ def test_a_tool_calls_bound_is_a_positive_number_of_seconds_or_null(value, ok):
 
 
 def test_checkpoints_are_pruned_by_default_and_counted_from_the_data():
-    config = compose_config([])
-    assert config.trainer.max_actor_ckpt_to_keep == 2
-    assert expected_saves(config, train_rows=7473) == 2
-    unpruned = compose_config(["trainer.max_actor_ckpt_to_keep=null"])
-    assert expected_saves(unpruned, train_rows=7473) == 22  # 29 steps x 15 epochs = 435 steps, a save every 20
+    view = ConfigView.of(compose_config([]))
+    assert view.max_ckpt_to_keep == 2
+    assert expected_saves(view, steps=435) == 2
+    unpruned = ConfigView.of(compose_config(["trainer.max_actor_ckpt_to_keep=null"]))
+    assert expected_saves(unpruned, steps=435) == 22  # 29 steps x 15 epochs = 435 steps, a save every 20
 
 
 def test_the_disk_warning_names_free_space_and_need(tmp_path):
     ckpt = f"trainer.default_local_dir={tmp_path}/run/checkpoints"
-    (warning,) = run(check_checkpoint_space, ckpt, train_rows=7473, params=10**15).warnings  # far beyond any disk
+    view, model = ConfigView.of(compose_config([ckpt])), resolve_model("Qwen/Qwen2.5-3B-Instruct")
+    far, small = Report(), Report()
+    check_checkpoint_space(view, 435, model, far, params=10**15)  # far beyond any disk
+    (warning,) = far.warnings
     assert f"{tmp_path}" in warning and "2 checkpoint(s)" in warning and "max_actor_ckpt_to_keep" in warning
-    assert run(check_checkpoint_space, ckpt, train_rows=7473, params=1000).warnings == []
+    check_checkpoint_space(view, 435, model, small, params=1000)
+    assert small.warnings == []
 
 
 @pytest.fixture(scope="module")
@@ -77,8 +89,8 @@ def test_parameters_are_counted_from_the_local_safetensors(tiny_model):
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
     expected = sum(p.numel() for p in model.parameters())
-    assert model_parameter_count(str(tiny_model)) == expected
-    assert model_parameter_count("no-such-org/no-such-model") is None
+    assert model_parameter_count(resolve_model(str(tiny_model))) == expected
+    assert model_parameter_count(resolve_model("no-such-org/no-such-model")) is None
 
 
 def _tokenizer_warnings(folder) -> list[str]:
@@ -109,7 +121,8 @@ def test_a_model_folder_without_transformers_version_is_flagged_before_transform
     from testkit.model_folder import assert_carries_transformers_version
 
     assert_carries_transformers_version(tiny_model)  # the smoke's model, as the recipe writes it
-    assert run(check_model, f"actor_rollout_ref.model.path={tiny_model}").warnings == []
+    check_model(resolve_model(str(tiny_model)), clean := Report())
+    assert clean.warnings == []
     assert _tokenizer_warnings(tiny_model) == []
 
     converted = tmp_path / "converted"  # a user's own folder, written by a tool that leaves the field out
@@ -117,7 +130,8 @@ def test_a_model_folder_without_transformers_version_is_flagged_before_transform
     config = json.loads((converted / "config.json").read_text())
     del config["transformers_version"]
     (converted / "config.json").write_text(json.dumps(config))
-    (warning,) = run(check_model, f"actor_rollout_ref.model.path={converted}").warnings
+    check_model(resolve_model(str(converted)), flagged := Report())
+    (warning,) = flagged.warnings
     assert str(converted / "config.json") in warning and '"transformers_version": "' in warning
     assert len(_tokenizer_warnings(converted)) == 1  # the warning the preflight foretells is real
 

@@ -11,6 +11,7 @@ import pytest
 
 from recipes.preflight.checks import Report, run_all
 from recipes.preflight.compose import compose_config
+from recipes.preflight.facts import facts_of
 from recipes.preflight.versions import (
     ATTN_KEY,
     GPU_LOCK,
@@ -176,11 +177,11 @@ def test_a_real_launch_preflight_in_this_cpu_env_refuses(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
     monkeypatch.setenv("PREFLIGHT_VISIBLE_GPUS", "8")
     monkeypatch.setenv("CUDA_HOME", str(tmp_path / "no-cuda"))  # the CPU test env has no CUDA compiler
-    report = run_all(compose_config([]), launch=True)
+    report = run_all(facts_of(compose_config([])), launch=True)
     assert any(e.startswith("nvidia-smi not found") for e in report.errors)
     assert any(e.startswith(f"CUDA compiler: {tmp_path}/no-cuda/bin/nvcc (CUDA_HOME) not found") for e in report.errors)
     assert [n.split(":")[0] for n in report.notes if n.startswith("JIT caches")] == ["JIT caches"]
     assert f"torch {metadata.version('torch')} is installed but {LOCK} pins torch=={PINS['torch']}; " \
            f"reinstall the GPU env: {INSTALL_COMMAND}" in report.errors
-    dry_run = run_all(compose_config([]), launch=False)  # DRY_RUN: the env is not checked
+    dry_run = run_all(facts_of(compose_config([])), launch=False)  # DRY_RUN: the env is not checked
     assert not [e for e in dry_run.errors if "nvidia-smi" in e or INSTALL_COMMAND in e]

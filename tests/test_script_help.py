@@ -1,11 +1,14 @@
 """`-h` / `--help` on every script in scripts/ prints its usage and its knobs and changes nothing: no file made or
-removed, no Python started. Each runs from a copy of the repo's scripts and config, with every knob a script could
-act on pointed at a sentinel (work and output folders holding a file that must survive, a venv folder that must
-not appear, a PYTHON and a PATH whose pythons, pip, uv and nvidia-smi record that they were called)."""
+removed, no Python started but the one that lists the launcher's knobs from their declaration (recipes/launch/
+knobs.py, with Python's own library only and no bytecode written). Each runs from a copy of the repo's scripts,
+config and recipes, with every knob a script could act on pointed at a sentinel (work and output folders holding a
+file that must survive, a venv folder that must not appear, a PYTHON and a PATH whose pythons, pip, uv and
+nvidia-smi record that they were called)."""
 
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -30,6 +33,9 @@ KNOBS = {
     "check_gpu_kernels.sh": ("VENV", "BASE_PYTHON", "MAX_JOBS", "HEAD_DIMS", "FRESH"),
 }
 RECORDER = '#!/bin/sh\necho "$(basename "$0") $*" >> "$HELP_TEST_CALLS"\nexit 0\n'
+# python3 runs for real for the knob listing alone (scripts/help.sh's HELP_KNOBS_FROM), everything else is recorded
+KNOB_LISTING = "-B -S -m recipes.launch.knobs"
+PYTHON3 = RECORDER.replace("\n", f'\ncase "$*" in "{KNOB_LISTING}"*) exec {sys.executable} "$@" ;; esac\n', 1)
 RECORDED = ("python", "python3", "python3.11", "python3.12", "pip", "uv", "nvidia-smi", "ray", "nvcc")
 
 
@@ -44,10 +50,11 @@ def snapshot(*roots: Path) -> dict[str, bytes]:
 
 @pytest.fixture(scope="module")
 def repo_copy(tmp_path_factory) -> Path:
-    """What the scripts read or would write into: scripts/, config/, requirements/ (a launch writes nothing else)."""
+    """What the scripts read or would write into: scripts/, config/, requirements/ (a launch writes nothing else),
+    and recipes/, where the launcher's knobs are declared."""
     root = tmp_path_factory.mktemp("repo")
-    for folder in ("scripts", "config", "requirements"):
-        shutil.copytree(REPO_ROOT / folder, root / folder)
+    for folder in ("scripts", "config", "requirements", "recipes"):
+        shutil.copytree(REPO_ROOT / folder, root / folder, ignore=shutil.ignore_patterns("__pycache__"))
     return root
 
 
@@ -57,7 +64,7 @@ def test_help_prints_the_usage_and_the_knobs_and_changes_nothing(repo_copy, tmp_
     bin_dir, calls = tmp_path / "bin", tmp_path / "calls.log"
     bin_dir.mkdir()
     for name in RECORDED:
-        (bin_dir / name).write_text(RECORDER)
+        (bin_dir / name).write_text(PYTHON3 if name == "python3" else RECORDER)
         (bin_dir / name).chmod(0o755)
     work, out, home, scratch = (tmp_path / name for name in ("work", "out", "home", "tmp"))
     for folder in (work / "model_sft", out / "checkpoints", out / "logs", home, scratch):

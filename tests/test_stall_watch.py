@@ -87,7 +87,7 @@ def test_a_step_seen_again_is_not_progress():
 @pytest.mark.parametrize("value, ok", [("", True), ("0", True), ("0.05", True), ("20", True), ("-1", False),
                                        ("ten", False), ("nan", False), ("inf", False)])
 def test_stall_minutes_must_be_a_number_and_stall_action_stop_or_report(prepared_data_dir, value, ok):
-    knobs = Knobs(stall_minutes=value, data_dir=str(prepared_data_dir), profile="cpu_smoke")
+    knobs = Knobs(stall_minutes=value, data_dir=str(prepared_data_dir), profile="1gpu_smoke")
     if ok:
         knobs.check({})
         assert (start_watch(knobs, None) is None) == (value == "0")  # 0: no watchdog at all
@@ -95,7 +95,7 @@ def test_stall_minutes_must_be_a_number_and_stall_action_stop_or_report(prepared
         with pytest.raises(KnobError, match="STALL_MINUTES must be a number of minutes"):
             knobs.check({})
     with pytest.raises(KnobError, match="STALL_ACTION must be stop or report, not 'kill'"):
-        Knobs(stall_action="kill", data_dir=str(prepared_data_dir), profile="cpu_smoke").check({})
+        Knobs(stall_action="kill", data_dir=str(prepared_data_dir), profile="1gpu_smoke").check({})
 
 
 LIMIT_S = 6.0

@@ -1,4 +1,4 @@
-"""What a run's traces weigh and the TRACE_GB_PER_DAY budget (recipes/tracing/volume.py, recipes/launch/
+"""What a run's traces weigh and the TRACE_GB_PER_DAY budget (recipes/tracing/volume.py, recipes/preflight/
 trace_budget.py): the projection against hand arithmetic on the recipe's composed config, the budget's groups, its
 clamp and refusals (one line each), the workers' turns, and the launcher's dry run with the knob set."""
 
@@ -10,11 +10,12 @@ import re
 import pytest
 from omegaconf import OmegaConf
 
+from recipes.config_view import ConfigView
 from recipes.constants import REPO_ROOT
 from recipes.launch.knobs import KnobError, Knobs
-from recipes.launch.trace_budget import PER_WORKER_KEY, budget_overrides
 from recipes.preflight.checks import check_tracing
 from recipes.preflight.findings import Report
+from recipes.preflight.trace_budget import PER_WORKER_KEY, budget_overrides
 from recipes.tracing import volume as v
 from testkit.launcher import plan
 
@@ -41,7 +42,8 @@ def test_the_projection_of_the_recipes_own_rate(recipe):
     projected = v.volume(shape, groups)
     traced = 16 * 16 + 16 * shape.val_n / shape.test_freq  # a validation every test_freq steps, averaged
     assert projected.mb_per_step == pytest.approx(traced * v.TRACE_BYTES_PER_TRAJECTORY / 1e6)
-    assert projected.gb_per_day == pytest.approx(projected.mb_per_step * 86_400 / v.STEP_SECONDS_ESTIMATE / 1e3)
+    assert shape.step_s == 60  # the short end of the recipe's step time (config/gsm8k_multiturn_grpo.yaml recipe)
+    assert projected.gb_per_day == pytest.approx(projected.mb_per_step * 86_400 / shape.step_s / 1e3)
     line = v.describe(shape)
     assert line.startswith("weave, 16 GRPO group(s) a step (1 prompt(s) on each of the 16 agent-loop workers, all 16 "
                            "rollouts, one Weave thread each) = 256 traced trajectories; ")
@@ -76,15 +78,15 @@ def test_the_workers_share_a_steps_groups_in_turn(groups, workers):
 def test_the_launcher_turns_a_budget_into_verls_knob_and_the_recipes_and_refuses_what_it_cannot_apply(recipe):
     config, shape = recipe
     one = v.volume(shape, 1).gb_per_day
-    assert budget_overrides(config, str(3 * one), []) == \
-        ([f"{PER_WORKER_KEY}=1", f"++{v.GROUPS_KEY}=3"], None)
-    assert budget_overrides(config, str(40 * one), [])[0] == [f"{PER_WORKER_KEY}=3", f"++{v.GROUPS_KEY}=40"]
+    view = ConfigView.of(config)
+    assert budget_overrides(view, 3 * one, []) == ([f"{PER_WORKER_KEY}=1", f"++{v.GROUPS_KEY}=3"], None)
+    assert budget_overrides(view, 40 * one, [])[0] == [f"{PER_WORKER_KEY}=3", f"++{v.GROUPS_KEY}=40"]
     with pytest.raises(v.TraceBudgetError, match=r"^TRACE_GB_PER_DAY=1 and actor_rollout_ref.rollout.trace."
                                                  r"max_samples_per_step_per_worker=2 both set how much is traced"):
-        budget_overrides(config, "1", [f"{PER_WORKER_KEY}=2"])
+        budget_overrides(view, 1.0, [f"{PER_WORKER_KEY}=2"])
     off = OmegaConf.merge(config, {"actor_rollout_ref": {"rollout": {"trace": {"backend": None}}}})
     with pytest.raises(v.TraceBudgetError, match="this run traces nothing"):
-        budget_overrides(off, "1", [])
+        budget_overrides(ConfigView.of(off), 1.0, [])
     for value in ("abc", "0", "-2"):
         with pytest.raises(KnobError, match="TRACE_GB_PER_DAY"):
             Knobs(trace_gb_per_day=value).check({})
@@ -97,9 +99,9 @@ def test_a_traced_run_whose_workers_would_split_groups_is_refused(recipe):
     check_tracing(split, report)
     assert report.errors == ["data.train_batch_size=256 is not a multiple of actor_rollout_ref.rollout.agent."
                              "num_workers=12: verl would split GRPO groups across agent-loop workers and trace parts "
-                             "of groups; use num_workers=8"]
-    with pytest.raises(v.TraceBudgetError, match="use num_workers=8"):
-        budget_overrides(split, "1", [])
+                             "of groups; use actor_rollout_ref.rollout.agent.num_workers=8"]
+    with pytest.raises(v.TraceBudgetError, match="use actor_rollout_ref.rollout.agent.num_workers=8"):
+        budget_overrides(ConfigView.of(split), 1.0, [])
     check_tracing(config, whole := Report())
     assert whole.errors == []
 

@@ -96,6 +96,7 @@ def test_netrc_entry_for_a_self_hosted_wandb_is_a_key(repo_root, tmp_path):
 def test_one_credential_check_for_tracing_and_preflight(tmp_path, monkeypatch):
     from omegaconf import OmegaConf
 
+    from recipes.config_view import ConfigView
     from recipes.credentials import has_wandb_credentials
     from recipes.preflight.checks import Report, check_wandb
 
@@ -105,8 +106,8 @@ def test_one_credential_check_for_tracing_and_preflight(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path))
     monkeypatch.setenv("WANDB_BASE_URL", "https://wandb.example.org:8443")
     (tmp_path / ".netrc").write_text("machine api.wandb.ai\n  login user\n  password saas-key\n")
-    config = OmegaConf.create({"trainer": {"logger": ["wandb"]},
-                               "actor_rollout_ref": {"rollout": {"trace": {"backend": "weave"}}}})
+    config = ConfigView.of(OmegaConf.create({"trainer": {"logger": ["wandb"]},
+                                             "actor_rollout_ref": {"rollout": {"trace": {"backend": "weave"}}}}))
     report = Report()
     check_wandb(config, report)
     assert not has_wandb_credentials() and len(report.errors) == 1  # a key for another host is no key here

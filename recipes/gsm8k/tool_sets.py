@@ -2,9 +2,11 @@
 `tools_kwargs` that verl's ToolAgentLoop hands to each tool's `create`.
 
 A tool set is a YAML in config/tool_config/ (its file name is the set's name, `TOOL_SET` and data prep's
-`--tool_set`), listing tool classes as verl's loader reads them, plus `none` (no tools). Everything about a tool
-comes from its class, loaded through verl's own `initialize_tools_from_config`: its name and schema, its sentence of
-the system prompt, what `create` gets per row (tools/quiet_tool.py). The rest of the system prompt is
+`--tool_set`), listing tool classes as verl's loader reads them (`tools`) and, under `function_tool_path`, a file of
+verl `@function_tool` functions (a path from the repo's root, which the launcher hands to
+`multi_turn.function_tool_path`), plus `none` (no tools). Everything about a tool comes from its class or function,
+loaded through verl's own `load_all_tools`: its name and schema, its sentence of the system prompt, what a class's
+`create` gets per row (tools/quiet_tool.py; a function is stateless and gets nothing). The rest of the system prompt is
 config/system_prompt.yaml. Data prep, the launcher's preflight and the reward read this module, so the prompt, the
 tools in the YAML and the kwargs in the parquet cannot drift apart.
 """
@@ -16,7 +18,7 @@ from pathlib import Path
 
 import yaml
 
-from recipes.constants import ANSWER_MARKER, SYSTEM_PROMPT_CONFIG, TOOL_CONFIG_DIR
+from recipes.constants import ANSWER_MARKER, REPO_ROOT, SYSTEM_PROMPT_CONFIG, TOOL_CONFIG_DIR
 
 NO_TOOLS = "none"
 DEFAULT_TOOL_SET = "calculator"  # config/tool_config/calculator.yaml
@@ -36,13 +38,23 @@ class ToolSet:
         return str((yaml.safe_load(self.config_path.read_text()) or {}).get("description") or self.name)
 
     @cached_property
+    def function_tool_path(self) -> str | None:
+        """The YAML's `function_tool_path`: its file of verl @function_tool functions, from the repo's root."""
+        if self.config_path is None:
+            return None
+        path = (yaml.safe_load(self.config_path.read_text()) or {}).get("function_tool_path")
+        return str(path) if path else None
+
+    @cached_property
     def loaded(self) -> list:
-        """The set's tools, built by verl's own loader from the YAML (the schemas from the classes)."""
+        """The set's tools, built by verl's own loader from the YAML: its classes (the schemas from the classes),
+        then its file's functions (the schemas from their type hints and docstrings)."""
         if self.config_path is None:
             return []
-        from verl.tools.tool_registry import initialize_tools_from_config
+        from verl.tools.tool_registry import load_all_tools
 
-        return initialize_tools_from_config(str(self.config_path))
+        functions = str(REPO_ROOT / self.function_tool_path) if self.function_tool_path else None
+        return load_all_tools(tool_config_path=str(self.config_path), function_tool_path=functions)
 
     @property
     def tools(self) -> tuple[str, ...]:

@@ -1,7 +1,7 @@
 """The launcher: `python -m recipes.launch [hydra overrides]`, with the knobs in its environment.
 
 scripts/run_gsm8k_grpo.sh is its usual front (the knobs, their defaults and --help); this program does the rest:
-- PRINT_OUTPUT_DIR=1: print OUTPUT_DIR as resolved and exit (scripts/eval_gsm8k.sh);
+- PRINT_OUTPUT_DIR=1: print OUTPUT_DIR as resolved and exit (scripts/eval_gsm8k.sh, the SLURM batch script);
 - CHECK_ONLY=1: the preflight a launch on this node runs, with a line per GPU-node check (GPUs, driver, CUDA and
   host compilers, SGLang's header, the first-use kernels the caches lack), then a verdict; nothing started;
 - DRY_RUN=1: the preflight, the plan, the side processes and main_ppo's command; the composed config written to
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 
 from recipes.constants import REPO_ROOT
 from recipes.launch.decision import (
@@ -77,17 +76,15 @@ def node_check(launch: Launch, environ) -> int:
 def dry_run(launch: Launch, environ) -> int:
     launch.config_file = dry_run_config_file(launch)
     preflight = check_launch(launch, environ=environ)
-    if preflight.config is not None:
-        from recipes.launch.plan import write_config
-
-        write_config(preflight.config, launch.config_file)
-    if not preflight.ok:
-        if not launch.knobs.dry_run_config:
-            Path(launch.config_file).unlink(missing_ok=True)
+    if preflight.config is None:  # nothing composed, or verl refused it: no plan to print
         return 1
+    from recipes.launch.plan import write_config
+
+    write_config(preflight.config, launch.config_file)
     _say_where_traces_go(launch)
-    print("\n".join(dry_run_lines(launch)), flush=True)
-    return 0
+    # a dry run with a problem still prints the plan, and exits as the launch's preflight would
+    print("\n".join(dry_run_lines(launch, problems=len(preflight.report.errors))), flush=True)
+    return 0 if preflight.ok else 1
 
 
 def submit(launch: Launch, environ) -> int:
@@ -105,8 +102,6 @@ def submit(launch: Launch, environ) -> int:
 
 
 def train(launch: Launch, environ) -> int:
-    from omegaconf import OmegaConf
-
     from recipes.export.provenance import write_run_record
     from recipes.launch.plan import LEGACY_TRAINER_NOTE
     from recipes.launch.training import run_training
@@ -119,14 +114,14 @@ def train(launch: Launch, environ) -> int:
         print(f"error: the run record: {err}; nothing was started", file=sys.stderr)
         return 1
     _say_where_traces_go(launch, volume=True)
-    if not OmegaConf.select(launch.config, "trainer.use_v1"):
+    if not launch.facts.view.use_v1:
         print(f"[launch] trainer: {LEGACY_TRAINER_NOTE}", file=sys.stderr)
     for note in launch.notes:
         print(f"[launch] {note}", file=sys.stderr)
-    if OmegaConf.select(launch.config, "trainer.val_only"):  # an evaluation says what it scores, whatever the profile
-        from recipes.launch.algorithm import validation_line
+    if launch.facts.view.val_only:  # an evaluation says what it scores, whatever the profile
+        from recipes.launch.plan import validation_line
 
-        print(f"[launch] evaluating {validation_line(launch.config)}", file=sys.stderr)
+        print(f"[launch] evaluating {validation_line(launch.facts.view, launch.facts.schedule)}", file=sys.stderr)
     return run_training(launch)
 
 

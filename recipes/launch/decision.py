@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 
 from recipes.constants import CONFIG_DIR, CONFIG_NAME, REPO_ROOT
 from recipes.launch.knobs import Knobs, launch_overrides
-from recipes.launch.plan import plan_lines, trace_shape
+from recipes.launch.plan import plan_lines
 from recipes.launch.relays import RelayPlan, relay_plan
 
 # The modes, in the order the knobs pick them. CHECK_ONLY: the checks a launch on this node runs (GPUs, driver,
@@ -42,6 +42,7 @@ class Launch:
     ray_address: str = ""
     config_file: str | None = None  # DRY_RUN: where the composed config is written
     config: object = None  # the composed config, once the preflight has run
+    facts: object = None  # what the preflight worked out of it (recipes/preflight/facts.py RunFacts)
     relay: RelayPlan | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -65,8 +66,7 @@ class Launch:
     @property
     def traces(self) -> bool:
         """Whether the composed config traces rollouts to Weave."""
-        return self.config is not None and \
-            OmegaConf.select(self.config, "actor_rollout_ref.rollout.trace.backend") == "weave"
+        return self.facts is not None and self.facts.view.traces
 
 
 def plan_launch(knobs: Knobs, user_overrides: list[str] | tuple[str, ...] = (), environ: dict | None = None,
@@ -77,7 +77,7 @@ def plan_launch(knobs: Knobs, user_overrides: list[str] | tuple[str, ...] = (), 
     if job is not None:
         return Launch(knobs, TRAIN, list(user_overrides), list(job["overrides"]), cluster=True, job=True,
                       python=sys.executable, ray_address=environ.get("RAY_ADDRESS", ""))
-    if environ.get("PRINT_OUTPUT_DIR", "0") == "1":  # for scripts/eval_gsm8k.sh
+    if knobs.print_output_dir == "1":  # for scripts/eval_gsm8k.sh and the SLURM batch script
         mode = PRINT_OUTPUT_DIR
     elif knobs.check_only == "1":
         mode = CHECK_ONLY
@@ -97,22 +97,23 @@ def plan_launch(knobs: Knobs, user_overrides: list[str] | tuple[str, ...] = (), 
 
 
 def check_launch(launch: Launch, out=None, environ: dict | None = None):
-    """Run the preflight for this launch, in this process, and complete the plan from the composed config: the
-    trace budget, the relays, and (on a cluster) the Ray sizes dropped. Returns the Preflight; see its `ok`."""
-    from recipes.preflight.run import run_preflight
+    """Run the preflight for this launch, in this process, and complete the plan from what it found: the trace
+    budget's overrides, the relays, and (on a cluster) the Ray sizes dropped. Returns the Preflight; see its `ok`."""
+    from recipes.preflight.run import PreflightInputs, run_preflight
 
     environ = os.environ if environ is None else environ
-    out = out or sys.stderr
-    budget = None
-    if launch.knobs.trace_gb_per_day and not launch.job:  # a job got the budget's overrides from its submitter
-        def budget(config, report):
-            _apply_trace_budget(launch, config, report, out)
-    preflight = run_preflight(launch.overrides, launch=launch.mode in (TRAIN, CHECK_ONLY), submit=launch.mode == SUBMIT,
-                              traces_offline=launch.knobs.traces_kept_offline, out=out, also=budget)
+    knobs = launch.knobs
+    inputs = PreflightInputs(launch=launch.mode in (TRAIN, CHECK_ONLY), submit=launch.mode == SUBMIT,
+                             dry_run=launch.mode == DRY_RUN,
+                             traces_offline=knobs.traces_kept_offline, gpu_memory_gb=knobs.gpu_memory,
+                             # a job got the budget's overrides from its submitter
+                             trace_gb_per_day=None if launch.job else knobs.trace_budget)
+    preflight = run_preflight(launch.overrides, inputs, out=out or sys.stderr)
     if preflight.config is None:
         return preflight
-    launch.config = preflight.config
-    launch.relay = relay_plan(launch.knobs, preflight.config, launch.cluster, environ)
+    launch.overrides += preflight.overrides
+    launch.config, launch.facts = preflight.config, preflight.facts
+    launch.relay = relay_plan(knobs, preflight.config, launch.cluster, environ)
     if launch.cluster:
         sizing = [key for key in CLUSTER_SIZING
                   if OmegaConf.select(preflight.config, f"ray_kwargs.ray_init.{key}") is not None]
@@ -123,38 +124,24 @@ def check_launch(launch: Launch, out=None, environ: dict | None = None):
     return preflight
 
 
-def _apply_trace_budget(launch: Launch, config, report, out) -> None:
-    """TRACE_GB_PER_DAY into main_ppo's overrides and the composed config, as a check of the preflight: a budget
-    that cannot apply stops the launch as any preflight error does (one line, before any verdict)."""
-    from recipes.launch import trace_budget
-    from recipes.tracing.volume import TraceBudgetError
-
-    try:
-        overrides, note = trace_budget.budget_overrides(config, launch.knobs.trace_gb_per_day, launch.user_overrides)
-    except TraceBudgetError as err:
-        report.error(str(err))
-        return
-    launch.overrides += overrides
-    trace_budget.apply(config, overrides)
-    if note:
-        print(f"[traces] {note}", file=out)
-
-
 def traces_volume_line(launch: Launch) -> str | None:
     """What the run traces a step and what that weighs (the plan's tracing row), said once by a launch."""
-    if not launch.traces:
+    if launch.facts is None or launch.facts.trace is None:
         return None
     from recipes.tracing.volume import describe
 
-    return describe(trace_shape(launch.config))
+    return describe(launch.facts.trace)
 
 
-def dry_run_lines(launch: Launch) -> list[str]:
-    """What DRY_RUN=1 prints (stdout): the plan, the side processes, and last the main_ppo command."""
+def dry_run_lines(launch: Launch, problems: int = 0) -> list[str]:
+    """What DRY_RUN=1 prints (stdout): the plan, the side processes, and last the main_ppo command; `problems`: the
+    preflight's, which the first line names."""
     submitted = launch.mode == SUBMIT or launch.knobs.submit == "ray"
-    lines = [f"# DRY_RUN=1: preflight passed, nothing started; the launch would run (profile "
+    verdict = (f"the preflight found {problems} problem(s) (above) that stop a launch, nothing started; fixed, "
+               if problems else "preflight passed, nothing started; ")
+    lines = [f"# DRY_RUN=1: {verdict}the launch would run (profile "
              f"{launch.knobs.profile}{', submitted as a Ray job' if submitted else ''}):",
-             *plan_lines(launch.config, launch.config_file, launch.overrides)]
+             *plan_lines(launch.facts, launch.config_file, launch.overrides)]
     if submitted:
         from recipes.launch.ray_job import ENTRYPOINT
 

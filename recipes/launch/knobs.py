@@ -1,41 +1,36 @@
-"""The launcher's knobs and the hydra overrides they become: the one home of that mapping.
+"""The launcher's knobs, declared once here with their defaults and meanings, and the hydra overrides they become.
 
-scripts/run_gsm8k_grpo.sh lists the knobs as users set them: its `VAR=${VAR:-default}` lines are the one home of
-their defaults (what `--help` prints), read here from the script itself, and it hands them to
-`python -m recipes.launch` in its environment. The two derived knobs, EXPERIMENT_NAME and OUTPUT_DIR (empty there),
-are derived here only, when a `Knobs` is made. Everything else that needs "the config as the launcher composes it"
+A knob is an environment variable (`PROFILE=4gpu bash scripts/run_gsm8k_grpo.sh`). Each is a field of `Knobs`
+below, named as the variable in lower case and declared with `knob(default, meaning)`: the one home of its default
+and of what it does. The launcher reads them through `Knobs.from_environ` and hands what the checks need on as
+values (nothing else reads a knob from the environment); `--help` of the launch scripts lists them from here
+(`python -m recipes.launch.knobs`, which needs nothing beyond Python's own library, so it runs before an env
+exists). A knob left empty means the same as a knob unset. EXPERIMENT_NAME, OUTPUT_DIR and PYTHON, empty, are
+derived when a `Knobs` is made. Everything else that needs "the config as the launcher composes it"
 (scripts/harness/agent_loop_inprocess.py, the benchmarks, the tests) builds `Knobs` and calls `launch_overrides`
-here instead of restating the mapping. A knob left empty means the same as a knob unset, as `${VAR:-default}` reads
-it.
+here instead of restating the mapping.
 """
 
 from __future__ import annotations
 
 import os
-import re
-from dataclasses import asdict, dataclass, fields
+import sys
+import textwrap
+from dataclasses import asdict, dataclass, field, fields
+from functools import cached_property
 from pathlib import Path
 
-import yaml
-
 from recipes.constants import AGENT_LOOP_CONFIG, CONFIG_DIR, CONFIG_NAME, PROFILE_DIR, REPO_ROOT, TOOL_CONFIG_DIR
-from recipes.export.provenance import model_label
-from recipes.gsm8k.tool_sets import NO_TOOLS
 
-LAUNCH_SCRIPT = REPO_ROOT / "scripts" / "run_gsm8k_grpo.sh"
 TRACE_CHOICES = ("", "on", "off")
 TRACE_RELAY_CHOICES = ("auto", "offline", "off")
 SUBMIT_CHOICES = ("", "ray")
 STALL_ACTIONS = ("stop", "report")
 
 
-def script_defaults(script: Path = LAUNCH_SCRIPT) -> dict[str, str]:
-    """{NAME: default} from the script's `NAME=${NAME:-default}` lines, `$HOME` and `~` expanded as bash would."""
-    found = re.findall(r"^([A-Z][A-Z0-9_]*)=\$\{\1:-([^}]*)\}", script.read_text(), re.M)
-    return {name: os.path.expanduser(os.path.expandvars(value)) for name, value in found}
-
-
-_DEFAULTS = script_defaults()
+def knob(default: str, meaning: str):
+    """A knob's declaration: its default (as `${VAR:-default}` would give it) and what it does (its --help line)."""
+    return field(default=default, metadata={"meaning": meaning})
 
 
 class KnobError(ValueError):
@@ -44,45 +39,64 @@ class KnobError(ValueError):
 
 @dataclass(frozen=True)
 class Knobs:
-    """One launch's knobs, named as the script's variables in lower case, with the script's defaults. An empty
-    experiment_name or output_dir is derived when the Knobs is made (__post_init__)."""
+    """One launch's knobs, with their defaults and meanings."""
 
-    profile: str = _DEFAULTS["PROFILE"]
-    data_dir: str = _DEFAULTS["DATA_DIR"]
-    tool_set: str = _DEFAULTS["TOOL_SET"]
-    model_path: str = _DEFAULTS["MODEL_PATH"]
-    n_gpus_per_node: str = _DEFAULTS["N_GPUS_PER_NODE"]
-    nnodes: str = _DEFAULTS["NNODES"]
-    gpu_memory_gb: str = _DEFAULTS["GPU_MEMORY_GB"]
-    trace: str = _DEFAULTS["TRACE"]
-    trace_gb_per_day: str = _DEFAULTS["TRACE_GB_PER_DAY"]
-    logger: str = _DEFAULTS["LOGGER"]
-    experiment_name: str = _DEFAULTS["EXPERIMENT_NAME"]
-    output_dir: str = _DEFAULTS["OUTPUT_DIR"]
-    publish_evals: str = _DEFAULTS["PUBLISH_EVALS"]
-    trace_relay: str = _DEFAULTS["TRACE_RELAY"]
-    trace_spool: str = _DEFAULTS["TRACE_SPOOL"]
-    python: str = _DEFAULTS["PYTHON"]
-    dry_run: str = _DEFAULTS["DRY_RUN"]
-    dry_run_config: str = _DEFAULTS["DRY_RUN_CONFIG"]
-    submit: str = _DEFAULTS["SUBMIT"]
-    check_only: str = _DEFAULTS["CHECK_ONLY"]
-    stall_minutes: str = _DEFAULTS["STALL_MINUTES"]
-    stall_action: str = _DEFAULTS["STALL_ACTION"]
-    stop_wait_minutes: str = _DEFAULTS["STOP_WAIT_MINUTES"]
+    profile: str = knob("8xh100", "config/profile/<PROFILE>.yaml")
+    data_dir: str = knob("~/data/gsm8k", "where python data_prep/gsm8k.py writes")
+    tool_set: str = knob("calculator", "config/tool_config/<TOOL_SET>.yaml, or none (as in the data prep)")
+    model_path: str = knob("", "empty: the profile's model")
+    n_gpus_per_node: str = knob("", "empty: the profile's")
+    nnodes: str = knob("", "empty: the profile's")
+    gpu_memory_gb: str = knob("", "the memory plan's GPU where nvidia-smi does not answer (planning for another node); "
+                                  "empty: the card the profile is for (its recipe.gpu_memory_gb)")
+    trace: str = knob("", "on | off; empty: the profile's (on, except smoke tests)")
+    trace_gb_per_day: str = knob("", "e.g. 2: trace the whole GRPO groups a step that fit this many GB of traces a day "
+                                     "(at least one; docs/tracing.md); empty: the config's rate (1 prompt per "
+                                     "agent-loop worker)")
+    logger: str = knob("", "e.g. console or console,wandb; empty: the profile's")
+    experiment_name: str = knob("", "empty: gsm8k_<TOOL_SET>_<model>_<PROFILE>, <model> being the model's name (its "
+                                    "hub id's or folder's last part)")
+    output_dir: str = knob("", "checkpoints, dumps; multi-node: shared storage; empty: outputs/<EXPERIMENT_NAME> in "
+                               "this repo")
+    publish_evals: str = knob("0", "1: publish each validation to Weave as an Evaluation while training")
+    trace_relay: str = knob("auto", "auto: traces go through a relay on each node that keeps them on disk until W&B "
+                                    "has them; offline: air-gapped, keep them for scripts/upload_traces.py; off: "
+                                    "workers send straight to W&B")
+    trace_spool: str = knob("", "where each node's relay keeps traces, on that node's own disk; empty: "
+                                "$OUTPUT_DIR/trace_spool on one node (if only you can write it), else "
+                                "/var/tmp/gsm8k_recipe_traces-<uid>/$EXPERIMENT_NAME[/<node> on a Ray cluster]")
+    python: str = knob("", "the Python of the launcher and main_ppo; empty: the launcher's, which "
+                           "scripts/run_gsm8k_grpo.sh picks: an active venv, else the project's env (.venv-gpu, else "
+                           ".venv; .venv for cpu_* profiles)")
+    dry_run: str = knob("0", "1: preflight, print the plan, write the composed config; start nothing")
+    dry_run_config: str = knob("", "where DRY_RUN writes the config; empty: a new file in $TMPDIR")
+    submit: str = knob("", "ray: submit as a Ray job to RAY_ADDRESS (submit_multinode.sh)")
+    check_only: str = knob("0", "1: the launch preflight, a line per GPU-node check; start nothing")
+    print_output_dir: str = knob("0", "1: print OUTPUT_DIR as this launch resolves it and exit (what eval_gsm8k.sh "
+                                      "and the SLURM batch script ask)")
+    stall_minutes: str = knob("", "minutes with no step, validation or checkpoint before the watchdog reports (stacks "
+                                  "of every process) and acts; empty: 4x the slowest step, at least 20 (3x that "
+                                  "before the first step); 0: off")
+    stall_action: str = knob("stop", "stop: stop the run at once, exit 124; report: report, go on")
+    stop_wait_minutes: str = knob("15", "SIGTERM, SIGINT or SIGUSR1: finish the step, save it, exit 75 (resume: the "
+                                        "same command); a second signal or no step end within this many minutes "
+                                        "stops at once; 0: always at once")
 
     def __post_init__(self) -> None:
         """Resolved once, here: `~` expanded, the experiment named gsm8k_<tool set>_<model>_<profile> and its
-        outputs in outputs/<experiment> of the repo unless given."""
+        outputs in outputs/<experiment> of the repo unless given, main_ppo run by this Python unless another is."""
+        from recipes.export.provenance import model_label
+
         experiment = self.experiment_name or \
             f"gsm8k_{self.tool_set}_{model_label(self.model_path or profile_model(self.profile))}_{self.profile}"
         object.__setattr__(self, "data_dir", os.path.expanduser(self.data_dir))
         object.__setattr__(self, "experiment_name", experiment)
         object.__setattr__(self, "output_dir", self.output_dir or str(REPO_ROOT / "outputs" / experiment))
+        object.__setattr__(self, "python", self.python or sys.executable)
 
     @classmethod
     def names(cls) -> list[str]:
-        """The environment variables, as the script names them."""
+        """The environment variables, as the scripts name them."""
         return [f.name.upper() for f in fields(cls)]
 
     @classmethod
@@ -103,11 +117,37 @@ class Knobs:
     def traces_kept_offline(self) -> bool:
         return self.trace_relay == "offline"
 
+    @property
+    def gpu_memory(self) -> float | None:
+        """GPU_MEMORY_GB in GB (None: unset)."""
+        return float(self.gpu_memory_gb) if self.gpu_memory_gb else None
+
+    @cached_property
+    def trace_budget(self) -> float | None:
+        """TRACE_GB_PER_DAY in GB a day (None: unset), read once; KnobError for a value that is not a budget."""
+        if not self.trace_gb_per_day:
+            return None
+        from recipes.preflight.trace_budget import parse_budget
+        from recipes.tracing.volume import TraceBudgetError
+
+        try:
+            return parse_budget(self.trace_gb_per_day)
+        except TraceBudgetError as err:
+            raise KnobError(str(err)) from None
+
     def check(self, environ: dict[str, str] | None = None) -> None:
         """Raise KnobError, with the line to show, for a value the launch cannot use."""
+        from recipes.gsm8k.tool_sets import NO_TOOLS
+
         environ = os.environ if environ is None else environ
         if not (PROFILE_DIR / f"{self.profile}.yaml").is_file():
-            raise KnobError(f"unknown PROFILE={self.profile}; choose one of: {' '.join(_stems(PROFILE_DIR))}")
+            raise KnobError(f"unknown PROFILE={self.profile}; choose one of: {' '.join(launch_profiles())} (and "
+                            f"{', '.join(f'{p} for {s}' for p, s in check_profiles().items())})")
+        script = check_profiles().get(self.profile)
+        gives, given = CHECK_GIVES.get(script, ("what its check script gives it", lambda knobs, environ: True))
+        if script and not given(self, environ):
+            raise KnobError(f"PROFILE={self.profile} is {script}'s (it gives the profile {gives}), not a launch "
+                            f"profile: run bash {script}; to launch, one of: {' '.join(launch_profiles())}")
         if self.tool_set != NO_TOOLS and not (TOOL_CONFIG_DIR / f"{self.tool_set}.yaml").is_file():
             raise KnobError(f"unknown TOOL_SET={self.tool_set}; choose one of: "
                             f"{' '.join(_stems(TOOL_CONFIG_DIR))} {NO_TOOLS}")
@@ -119,14 +159,7 @@ class Knobs:
         if self.gpu_memory_gb and not _positive_number(self.gpu_memory_gb):
             raise KnobError(f"GPU_MEMORY_GB must be a GPU's memory in GB (e.g. 24, 40, 80), not "
                             f"'{self.gpu_memory_gb}'")
-        if self.trace_gb_per_day:
-            from recipes.launch.trace_budget import parse_budget
-            from recipes.tracing.volume import TraceBudgetError
-
-            try:
-                parse_budget(self.trace_gb_per_day)
-            except TraceBudgetError as err:
-                raise KnobError(str(err)) from None
+        _ = self.trace_budget  # read once, here: a budget that is no number stops the launch before anything
         if self.trace_relay not in TRACE_RELAY_CHOICES:
             raise KnobError(f"TRACE_RELAY must be auto, off or offline, not '{self.trace_relay}'")
         if self.traces_kept_offline and not environ.get("WANDB_ENTITY"):
@@ -143,11 +176,30 @@ class Knobs:
             raise KnobError(f"STALL_ACTION must be stop or report, not '{self.stall_action}'")
 
 
+def help_lines(leave_out: tuple[str, ...] = ()) -> list[str]:
+    """The knobs as --help lists them: `  NAME=${NAME:-default}  # meaning`, the meaning wrapped at 120 columns."""
+    lines = []
+    for f in fields(Knobs):
+        name = f.name.upper()
+        if name in leave_out:
+            continue
+        head = f"  {name}=${{{name}:-{f.default}}}"
+        column = max(len(head) + 1, 51)
+        text = textwrap.wrap(f.metadata["meaning"], width=120 - column - 2)
+        lines.append(f"{head:<{column}}# {text[0]}")
+        lines += [f"{'':<{column}}# {more}" for more in text[1:]]
+    return lines
+
+
 def launch_overrides(knobs: Knobs, root: str | Path = REPO_ROOT) -> list[str]:
     """The hydra overrides a launch with these knobs passes to main_ppo, before the user's own. `root`: where the
     recipe's files are as main_ppo will see them ("." for a Ray job, which runs in Ray's copy of the repo)."""
+    from recipes.gsm8k.tool_sets import NO_TOOLS, TOOL_SETS
+
     root = str(root)
     tool_config = "null" if knobs.tool_set == NO_TOOLS else f"{root}/config/tool_config/{knobs.tool_set}.yaml"
+    tool_set = TOOL_SETS.get(knobs.tool_set)
+    functions = tool_set.function_tool_path if tool_set else None
     out = knobs.output_dir
     overrides = [
         f"profile={knobs.profile}",
@@ -162,7 +214,8 @@ def launch_overrides(knobs: Knobs, root: str | Path = REPO_ROOT) -> list[str]:
         f"trainer.validation_data_dir={out}/validation",
         f"hydra.run.dir={out}/hydra/${{now:%Y-%m-%d_%H-%M-%S}}",  # hydra's log and composed config, not ./outputs/
     ]
-    optional = {"actor_rollout_ref.model.path": knobs.model_path, "trainer.n_gpus_per_node": knobs.n_gpus_per_node,
+    optional = {"actor_rollout_ref.rollout.multi_turn.function_tool_path": functions and f"{root}/{functions}",
+                "actor_rollout_ref.model.path": knobs.model_path, "trainer.n_gpus_per_node": knobs.n_gpus_per_node,
                 "trainer.nnodes": knobs.nnodes, "trainer.logger": knobs.logger and f"[{knobs.logger}]"}
     overrides += [f"{key}={value}" for key, value in optional.items() if value]
     if knobs.trace:
@@ -185,6 +238,8 @@ def _non_negative_number(text: str) -> bool:
 def profile_model(profile: str) -> str:
     """The model a profile trains: its own actor_rollout_ref.model.path, else that of a profile it builds on (its
     defaults list, the last one that sets it), else the recipe's. Read from the YAML files, nothing composed."""
+    import yaml
+
     path = PROFILE_DIR / f"{profile}.yaml"
     data = yaml.safe_load(path.read_text()) if path.is_file() else None
     if not isinstance(data, dict):
@@ -201,6 +256,8 @@ def profile_model(profile: str) -> str:
 
 
 def _recipe_model() -> str:
+    import yaml
+
     recipe = yaml.safe_load((CONFIG_DIR / f"{CONFIG_NAME}.yaml").read_text())
     return str(recipe["actor_rollout_ref"]["model"]["path"])
 
@@ -209,9 +266,47 @@ def _stems(folder: Path) -> list[str]:
     return sorted(p.stem for p in folder.glob("*.yaml"))
 
 
+def _on_the_cpu_platform(knobs: Knobs, environ) -> bool:
+    return environ.get("VERL_PLATFORM") == "cpu"  # scripts/cpu_env.sh, which those scripts source
+
+
+def _with_its_model(knobs: Knobs, environ) -> bool:
+    return bool(knobs.model_path)
+
+
+# What each check script gives the profile it runs (recipe.run_by), which a launch by hand lacks: in words, and
+# whether this launch has it
+CHECK_GIVES = {"scripts/smoke_cpu.sh": ("verl's CPU platform (VERL_PLATFORM=cpu) and its tiny model",
+                                        _on_the_cpu_platform),
+               "scripts/learn_cpu.sh": ("verl's CPU platform (VERL_PLATFORM=cpu) and its small model",
+                                        _on_the_cpu_platform),
+               "scripts/learn_gpu.sh": ("its small model (MODEL_PATH)", _with_its_model)}
+
+
+def check_profiles() -> dict[str, str]:
+    """{profile: the script that runs it} for the profiles of the check scripts (their recipe.run_by)."""
+    import yaml
+
+    found = {}
+    for path in sorted(PROFILE_DIR.glob("*.yaml")):
+        recipe = (yaml.safe_load(path.read_text()) or {}).get("recipe") or {}
+        if recipe.get("run_by"):
+            found[path.stem] = str(recipe["run_by"])
+    return found
+
+
+def launch_profiles() -> list[str]:
+    """The profiles a launch offers: every one but the check scripts'."""
+    return [p for p in _stems(PROFILE_DIR) if p not in check_profiles()]
+
+
 def compose_launch_config(knobs: Knobs | None = None, overrides: tuple[str, ...] | list[str] = ()):
     """The config main_ppo gets from a launch with these knobs, then the user's hydra overrides (composed by the
     preflight's composer; not validated). Knobs() is a default launch: PROFILE=8xh100, the calculator."""
     from recipes.preflight.compose import compose_config
 
     return compose_config([*launch_overrides(knobs or Knobs()), *overrides])
+
+
+if __name__ == "__main__":  # --help of the launch scripts: the knobs, less those a wrapper sets itself
+    print("\n".join(help_lines(tuple(sys.argv[1:]))))

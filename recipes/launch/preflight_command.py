@@ -17,10 +17,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from omegaconf import OmegaConf
-
+from recipes.launch.knobs import KnobError, Knobs
 from recipes.launch.plan import LEGACY_TRAINER_NOTE, plan_lines, write_config
-from recipes.preflight.run import node_verdict, run_preflight
+from recipes.preflight.run import PreflightInputs, node_verdict, run_preflight
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,7 +34,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--write-config", metavar="FILE", help="write the composed config (YAML) to FILE")
     p.add_argument("overrides", nargs="*")
     args = p.parse_args(argv)
-    result = run_preflight(args.overrides, launch=args.launch or args.node_check, submit=args.submit)
+    knobs = Knobs.from_environ()  # what the launcher's knobs say of the checks: GPU_MEMORY_GB, TRACE_RELAY
+    try:
+        knobs.check()
+    except KnobError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    inputs = PreflightInputs(launch=args.launch or args.node_check, submit=args.submit,
+                             traces_offline=knobs.traces_kept_offline, gpu_memory_gb=knobs.gpu_memory)
+    result = run_preflight(args.overrides, inputs)
     if args.node_check:
         return node_verdict(result)
     if result.config is None:
@@ -45,8 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     if not result.ok:
         return 1
     if args.print_plan:
-        print("\n".join(plan_lines(result.config, args.write_config, args.overrides)))
-    elif not OmegaConf.select(result.config, "trainer.use_v1"):
+        print("\n".join(plan_lines(result.facts, args.write_config, args.overrides)))
+    elif not result.facts.view.use_v1:
         print(f"[launch] trainer: {LEGACY_TRAINER_NOTE}", file=sys.stderr)
     return 0
 

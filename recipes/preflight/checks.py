@@ -12,9 +12,11 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from recipes.config_view import ConfigView
 from recipes.constants import AGENT_NAME, AGENT_NAME_NO_TOOLS, CPU_ROLLOUT_NAME, REPO_ROOT
 from recipes.credentials import has_wandb_credentials, wandb_host
-from recipes.models import looks_like_a_local_path
+from recipes.models import ModelSource, looks_like_a_local_path
+from recipes.preflight.facts import RunFacts
 from recipes.preflight.findings import Report
 from recipes.preflight.hub_model import check_hub_model
 from recipes.preflight.jit_toolchain import check_jit_toolchain
@@ -28,16 +30,41 @@ from recipes.preflight.storage import check_checkpoint_space, check_outputs_priv
 from recipes.preflight.versions import check_gpu_env
 
 REQUIRED_COLUMNS = ("data_source", "prompt", "reward_model", "extra_info", "agent_name")
+# What a dry run leaves unchecked (the GPU node's own install), in the one line it says so
+NOT_CHECKED_BY_A_DRY_RUN = ("not checked by a dry run (they need the GPU node): its GPU count, NVIDIA driver, the GPU "
+                            "env's locked versions and kernels, CUDA and host compilers and kernel caches; "
+                            "CHECK_ONLY=1 bash scripts/run_gsm8k_grpo.sh on the GPU node checks them")
 
 
-def _tool_names_in_yaml(path: str, report: Report) -> list[str] | None:
-    from verl.tools.tool_registry import initialize_tools_from_config
+def _tool_names(view: ConfigView, report: Report) -> list[str] | None:
+    """The tools the workers will load (verl's load_all_tools: the tool config's classes and the function tool file's
+    functions), by name; None, and the error, when they do not load. A tool set whose YAML names a function tool
+    file that the config does not hand to verl would offer the model tools no worker has."""
+    from verl.tools.tool_registry import load_all_tools
+
+    path, functions = view.tool_config_path, view.function_tool_path
+    named = _named_function_tools(path)
+    if named and (not functions or Path(functions).resolve() != (REPO_ROOT / named).resolve()):
+        report.error(f"{path} names the function tools of {named}, but actor_rollout_ref.rollout.multi_turn."
+                     f"function_tool_path is {functions}: no worker would load them; set it to {REPO_ROOT / named} "
+                     "(the launcher does for TOOL_SET)")
+    try:
+        return [tool.name for tool in load_all_tools(tool_config_path=path, function_tool_path=functions)]
+    except Exception as err:
+        report.error(f"tools of {path or functions} do not load through verl ({type(err).__name__}: "
+                     f"{str(err).splitlines()[0] if str(err) else ''})")
+        return None
+
+
+def _named_function_tools(path: str | None) -> str | None:
+    """The function tool file a tool-set YAML names (`function_tool_path`, from the repo's root)."""
+    import yaml
 
     try:
-        return [tool.name for tool in initialize_tools_from_config(path)]
-    except Exception as err:
-        report.error(f"tool config {path} does not load through verl ({type(err).__name__}: {err})")
-        return None
+        named = (yaml.safe_load(Path(path).read_text()) or {}).get("function_tool_path") if path else None
+    except (OSError, yaml.YAMLError, AttributeError):
+        return None  # verl's loader says what is wrong with the file
+    return str(named) if named else None
 
 
 def data_files(config: DictConfig) -> list[tuple[str, Path]]:
@@ -96,23 +123,21 @@ def asked_agent_loops(config: DictConfig) -> set[str]:
     return names
 
 
-def check_model(config: DictConfig, report: Report) -> None:
+def check_model(model: ModelSource, report: Report) -> None:
     """A model folder that is not there (a typo, an export not made yet) would fail only after Ray has started;
     a hub id is fetched then and cannot be checked here."""
-    model = str(config.actor_rollout_ref.model.path)
-    if not looks_like_a_local_path(model):
+    if not looks_like_a_local_path(model.name):
         return
-    folder = Path(os.path.expanduser(model))
-    where = "" if folder.is_absolute() else f" (relative to {Path.cwd()}, where the launcher runs)"
-    if not folder.is_dir():
-        report.error(f"actor_rollout_ref.model.path: {model} does not exist{where}; set MODEL_PATH to a model "
+    where = "" if model.folder.is_absolute() else f" (relative to {Path.cwd()}, where the launcher runs)"
+    if not model.folder.is_dir():
+        report.error(f"actor_rollout_ref.model.path: {model.name} does not exist{where}; set MODEL_PATH to a model "
                      "folder (scripts/export_checkpoint.py makes one from a checkpoint) or a hub id "
                      "(Qwen/Qwen2.5-3B-Instruct)")
-    elif not (folder / "config.json").is_file():
-        report.error(f"actor_rollout_ref.model.path: {model} has no config.json{where}: not a Hugging Face model "
+    elif not (model.folder / "config.json").is_file():
+        report.error(f"actor_rollout_ref.model.path: {model.name} has no config.json{where}: not a Hugging Face model "
                      "folder (scripts/export_checkpoint.py turns a checkpoint into one)")
     else:
-        check_transformers_version(folder / "config.json", report)
+        check_transformers_version(model.folder / "config.json", report)
 
 
 def check_transformers_version(config_file: Path, report: Report) -> None:
@@ -243,20 +268,39 @@ def check_cpu_rollout(config: DictConfig, report: Report) -> None:
                      f"actor_rollout_ref.rollout.name={name}: use a CPU profile (PROFILE=cpu_smoke)")
 
 
-def check_gpus(config: DictConfig, report: Report, visible: int | None = None) -> None:
+def check_gpus(view: ConfigView, report: Report, visible: int | None = None, breaks=lambda view: []) -> None:
+    """The GPUs this node shows against the config's; the count suggested instead comes with the batch it needs when
+    it does not divide the step as it is (every rule of the preflight: `breaks`)."""
     if on_cpu_platform():
         return  # CPU ranks: Ray's logical GPUs, not devices to count
-    wanted = int(config.trainer.n_gpus_per_node)
+    wanted = view.gpus_per_node
     if visible is None:
         visible = count_visible_gpus()
     if visible is None:
         report.error("cannot count GPUs (no nvidia-smi and no CUDA torch); run on a GPU node, "
                      "or DRY_RUN=1 to check only")
+    elif visible == 0:
+        report.error(f"no GPU visible but trainer.n_gpus_per_node={wanted}; fix CUDA_VISIBLE_DEVICES, or run on a GPU "
+                     "node")
     elif visible != wanted:
-        report.error(f"{visible} GPU(s) visible but trainer.n_gpus_per_node={wanted}; set N_GPUS_PER_NODE={visible} "
-                     "(or PROFILE=4gpu / 1gpu_smoke), or fix CUDA_VISIBLE_DEVICES")
+        report.error(f"{visible} GPU(s) visible but trainer.n_gpus_per_node={wanted}; set "
+                     f"{_gpu_count_fix(view, visible, breaks)}, or fix CUDA_VISIBLE_DEVICES")
     else:
         report.note(f"GPUs: {visible} visible, as trainer.n_gpus_per_node={wanted} asks")
+
+
+def _gpu_count_fix(view: ConfigView, visible: int, breaks) -> str:
+    from dataclasses import replace
+
+    from recipes.preflight.division import fitting_batch
+
+    here = replace(view, gpus_per_node=visible)
+    if not breaks(here):
+        return f"N_GPUS_PER_NODE={visible}"
+    fitting = fitting_batch(here, breaks) if view.mini_batch == view.train_batch_size else None
+    if fitting is None:
+        return f"N_GPUS_PER_NODE={visible} and a profile for {visible} GPU(s) (config/profile/)"
+    return f"N_GPUS_PER_NODE={visible} {' '.join(here.overrides_to(fitting))}"
 
 
 def count_visible_gpus() -> int | None:
@@ -270,49 +314,53 @@ def count_visible_gpus() -> int | None:
     return None
 
 
-def check_wandb(config: DictConfig, report: Report, traces_offline: bool | None = None) -> None:
-    loggers = OmegaConf.select(config, "trainer.logger") or []
-    traces = OmegaConf.select(config, "actor_rollout_ref.rollout.trace.backend") == "weave"
-    if traces_offline is None:  # the launcher says; the command line reads the knob
-        traces_offline = os.environ.get("TRACE_RELAY") == "offline"
-    traces = traces and not traces_offline  # air-gapped: kept on disk, uploaded later
-    uses = [x for x in ("wandb" in list(loggers) and "wandb logger", traces and "weave trace") if x]
+def check_wandb(view: ConfigView, report: Report, traces_offline: bool = False) -> None:
+    """traces_offline: TRACE_RELAY=offline, the traces kept on disk and uploaded later (no key needed for them)."""
+    traces = view.traces and not traces_offline
+    uses = [x for x in ("wandb" in view.logger and "wandb logger", traces and "weave trace") if x]
     if uses and not has_wandb_credentials():
         report.error(f"{' and '.join(uses)} need W&B credentials: export WANDB_API_KEY=... (or `wandb login` for "
                      f"{wandb_host()}), or turn them off with LOGGER=console TRACE=off")
 
 
-def run_all(config: DictConfig, launch: bool = False, submit: bool = False,
-            traces_offline: bool | None = None) -> Report:
-    """launch: about to start on this node (GPUs, credentials, disk); submit: about to go to a Ray cluster;
-    traces_offline: TRACE_RELAY=offline (no W&B key needed for traces; None: read from the environment)."""
-    report = Report()
-    tool_path = OmegaConf.select(config, "actor_rollout_ref.rollout.multi_turn.tool_config_path")
-    tool_names = _tool_names_in_yaml(tool_path, report) if tool_path else []  # no tools: data must offer none
-    train_rows = check_data(config, tool_names, report)
-    check_schedule(config, report)
-    check_model(config, report)
-    check_hub_model(config, report)
+def run_all(facts: RunFacts, report: Report | None = None, launch: bool = False, submit: bool = False,
+            dry_run: bool = False, traces_offline: bool = False) -> Report:
+    """launch: about to start on this node (GPUs, credentials, disk); submit: about to go to a Ray cluster; dry_run:
+    what a launch checks but the GPU node's own install (one line says so); neither: the
+    config and what it names (scripts/preflight.py); traces_offline: TRACE_RELAY=offline (no W&B key needed for
+    traces)."""
+    report = report or Report()
+    config, view, model = facts.config, facts.view, facts.model
+    has_tools = view.tool_config_path or view.function_tool_path
+    tool_names = _tool_names(view, report) if has_tools else []  # no tools: data must offer none
+    check_data(config, tool_names, report)
+    check_schedule(view, facts.schedule, report, facts.breaks)
+    check_model(model, report)
+    check_hub_model(model, report, planning=not (launch or submit))
     check_resume(config, report)
     check_reward(config, report)
     check_agent_loops(config, report)
     check_modules_are_ours(report)
     check_tracing(config, report)
-    check_prompt_lengths(config, report)
-    check_sglang_model(config, report)
-    check_lora_with_sglang(config, report)
-    check_rollout_concurrency(config, report)
-    check_memory(config, report)
+    check_prompt_lengths(config, report, model)
+    check_sglang_model(config, report, model)
+    check_lora_with_sglang(view, report)
+    check_rollout_concurrency(view, report)
+    check_memory(view, facts.memory, report, facts.breaks)
     check_tool_timeout(config, report)
     check_shared_outputs(config, report)
     check_outputs_private(config, report)
     check_cpu_rollout(config, report)
+    # this node as the GPU node, on a launch (a submission's nodes are the cluster's; a dry run, which may plan for
+    # another node, says what it leaves to CHECK_ONLY=1 there)
     if launch and not on_cpu_platform():
-        check_gpus(config, report)
+        check_gpus(view, report, breaks=facts.breaks)
         check_gpu_env(config, report)  # driver, locked versions, attention implementation
         # the compilers SGLang and FlashInfer use at first use, their caches and what the model needs there
-        check_jit_toolchain(report, model=str(config.actor_rollout_ref.model.path))
-    if launch or submit:
-        check_wandb(config, report, traces_offline)
-        check_checkpoint_space(config, report, train_rows)
+        check_jit_toolchain(report, model=model.name)
+    elif dry_run and not on_cpu_platform():
+        report.note(NOT_CHECKED_BY_A_DRY_RUN)
+    if launch or submit or dry_run:
+        check_wandb(view, report, traces_offline)
+        check_checkpoint_space(view, facts.schedule.steps, model, report)
     return report

@@ -8,11 +8,8 @@ from __future__ import annotations
 
 import difflib
 import os
-from pathlib import Path
 
-from omegaconf import DictConfig
-
-from recipes.models import cached_file, cached_model_ids, hub_cache_dir, looks_like_a_local_path, qwen25_hub_ids
+from recipes.models import ModelSource, cached_model_ids, known_hub_ids, qwen25_hub_ids
 from recipes.preflight.findings import Report
 
 HUB_TIMEOUT_S = 10
@@ -55,12 +52,14 @@ def ask_hub(model: str, environ=None) -> tuple[str, str]:
     return "found", str(getattr(info, "id", None) or model)
 
 
-def check_hub_model(config: DictConfig, report: Report, environ=None) -> None:
-    model = str(config.actor_rollout_ref.model.path)
-    if looks_like_a_local_path(model) or Path(os.path.expanduser(model)).exists():
+def check_hub_model(source: ModelSource, report: Report, environ=None, planning: bool = False) -> None:
+    """`planning`: a dry run, which plans a model the recipe knows (the Qwen2.5 table) from its table where neither
+    the cache nor the hub has it, saying it must be downloaded before the launch."""
+    if source.local:
         return  # a folder: checks.check_model
+    model = source.name
     endpoint = hub_endpoint(environ)
-    cached = cached_file(model) is not None
+    cached = source.folder is not None
     if hub_offline(environ):
         asked = "HF_HUB_OFFLINE=1: the cache was asked, not the hub"
     else:
@@ -77,9 +76,13 @@ def check_hub_model(config: DictConfig, report: Report, environ=None) -> None:
                          f"needs HF_TOKEN){_did_you_mean(model)}")
             return
         asked = f"the hub ({endpoint}) did not answer ({detail}), so the cache was asked"
-    where = f"the local Hugging Face cache {hub_cache_dir()}"
+    where = f"the local Hugging Face cache {source.cache}"
     if cached:
         report.note(f"model: {model} is in {where} ({asked})")
+    elif planning and model in known_hub_ids():
+        report.warn(f"model: {model} is not in {where} ({asked}): planned from the recipe's table of its size; "
+                    f"download it before the launch, where the hub can be reached: hf download {model} (into "
+                    f"{source.cache}, or set MODEL_PATH to a folder holding it)")
     else:
         guess = _did_you_mean(model)
         report.error(f"actor_rollout_ref.model.path: {model} is not in {where} ({asked}), so the launch could not "

@@ -30,14 +30,13 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from omegaconf import DictConfig, OmegaConf
-
-from recipes.models import BF16_BYTES, ModelSize, model_size, qwen25_hub_ids, table_entry
+from recipes.config_view import ConfigView
+from recipes.models import BF16_BYTES, ModelSize, ModelSource, model_size, qwen25_hub_ids, table_entry
+from recipes.preflight.division import MEMORY
 
 GIB = 1 << 30
-DEFAULT_GPU_MEMORY_GB = 80  # GPU_MEMORY_GB's meaning when it is empty and no nvidia-smi answers
 TIGHT = 0.9  # a plan above this share of the GPU is within the estimate's error of not fitting
 FIX_MARGIN = 0.85  # a change is offered as a fix when its plan stays below this share of the GPU
 CONTEXT_GIB = 0.5  # a process's CUDA context and NCCL (the 1-GPU smoke's actor: 0.51 GiB before any tensor)
@@ -49,28 +48,12 @@ ADAM_BYTES = 8  # two fp32 moments per trainable parameter
 GRAD_BYTES = 4  # fp32
 SGLANG_PREFILL_CHUNK = 8192  # tokens SGLang prefills at a time (its chunked_prefill_size on an H100)
 DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2}
-A = "actor_rollout_ref"
 
 
-class _Changed:
-    """A config read with some keys changed, without copying it: a fix is tried dozens of times."""
-
-    def __init__(self, config: DictConfig, updates: dict):
-        self.config, self.updates = config, updates
-
-
-def _get(config: DictConfig | _Changed, key: str, default=None):
-    if isinstance(config, _Changed):
-        if key in config.updates:
-            return config.updates[key]
-        config = config.config
-    value = OmegaConf.select(config, key)
-    return default if value is None else value
-
-
-def gpu_memory(environ=None) -> tuple[float, str]:
+def gpu_memory(knob: float | None = None, card: float | None = None, environ=None) -> tuple[float | None, str]:
     """(GiB of the smallest visible GPU, where that figure comes from): nvidia-smi where it answers, else the
-    GPU_MEMORY_GB knob, else DEFAULT_GPU_MEMORY_GB."""
+    GPU_MEMORY_GB knob (the launcher hands it over), else the card the profile is for (recipe.gpu_memory_gb); None
+    when nothing says."""
     environ = os.environ if environ is None else environ
     smi = shutil.which("nvidia-smi", path=environ.get("PATH"))
     if smi and not environ.get("PREFLIGHT_VISIBLE_GPUS"):  # the tests' and odd clusters' GPU count: no real GPU
@@ -82,10 +65,11 @@ def gpu_memory(environ=None) -> tuple[float, str]:
             sizes = []
         if sizes:
             return min(sizes), "nvidia-smi"
-    knob = environ.get("GPU_MEMORY_GB", "")
     if knob:
         return float(knob), "GPU_MEMORY_GB"
-    return float(DEFAULT_GPU_MEMORY_GB), "GPU_MEMORY_GB's default, no nvidia-smi here"
+    if card:
+        return float(card), "the card the profile is for (recipe.gpu_memory_gb), no nvidia-smi here"
+    return None, "no nvidia-smi here, no GPU_MEMORY_GB and no recipe.gpu_memory_gb"
 
 
 @dataclass
@@ -149,19 +133,18 @@ def _tokens(n: int) -> str:
     return f"{n / 1e6:.1f}M" if n >= 1e6 else f"{n / 1e3:.0f}k"
 
 
-def _micro_tokens(config: DictConfig, micro_key: str, token_key: str, sequence: int) -> int:
+def _micro_tokens(view: ConfigView, micro: int | None, max_tokens: int | None) -> int:
     """Tokens of one micro-batch, packed: its sequences at the configured lengths, or the token cap of verl's
     dynamic batching."""
-    if _get(config, f"{A}.actor.use_dynamic_bsz", False):
-        return int(_get(config, token_key, sequence))
-    return int(_get(config, micro_key, 1)) * sequence
+    if view.dynamic_batch:
+        return int(max_tokens or view.sequence)
+    return int(micro or 1) * view.sequence
 
 
-def _attention_mask_bytes(config: DictConfig, tokens: int) -> int:
+def _attention_mask_bytes(view: ConfigView, tokens: int) -> int:
     """sdpa over a packed micro-batch: a bool [tokens x tokens] mask and its bf16 bias for torch's kernel."""
-    sdpa = str(_get(config, f"{A}.model.override_config.attn_implementation", "")) == "sdpa"
-    packed = bool(_get(config, f"{A}.model.use_remove_padding", False))
-    return (1 + BF16_BYTES) * tokens * tokens if sdpa and packed else 0
+    sdpa = view.attn_implementation == "sdpa"
+    return (1 + BF16_BYTES) * tokens * tokens if sdpa and view.remove_padding else 0
 
 
 def _block_bytes(size: ModelSize, tokens: int) -> int:
@@ -169,42 +152,37 @@ def _block_bytes(size: ModelSize, tokens: int) -> int:
     return tokens * (6 * size.hidden + 4 * size.intermediate) * BF16_BYTES
 
 
-def train_activation_bytes(config: DictConfig, size: ModelSize, tokens: int) -> int:
+def train_activation_bytes(view: ConfigView, size: ModelSize, tokens: int) -> int:
     logits = LOGITS_COPIES * BF16_BYTES * tokens * size.vocab
     block = _block_bytes(size, tokens)
-    if _get(config, f"{A}.model.enable_gradient_checkpointing", False):
+    if view.gradient_checkpointing:
         kept = BF16_BYTES * tokens * size.hidden * size.layers + 2 * block  # block inputs; one block and its grads
     else:
         kept = size.layers * block + block
-    return logits + kept + _attention_mask_bytes(config, tokens)
+    return logits + kept + _attention_mask_bytes(view, tokens)
 
 
-def forward_activation_bytes(config: DictConfig, size: ModelSize, tokens: int, entropy: bool) -> int:
+def forward_activation_bytes(view: ConfigView, size: ModelSize, tokens: int, entropy: bool) -> int:
     """A forward without gradients: the logits, and with the entropy (old log-probs) softmax and its product."""
     copies = 3 if entropy else 1
     return (copies * BF16_BYTES * tokens * size.vocab + _block_bytes(size, tokens)
-            + _attention_mask_bytes(config, tokens))
+            + _attention_mask_bytes(view, tokens))
 
 
-def plan_memory(config: DictConfig | _Changed, size: ModelSize, size_source: str, gpu: float,
-                gpu_source: str) -> MemoryPlan:
-    actor, rollout = f"{A}.actor", f"{A}.rollout"
-    fsdp = f"{actor}.fsdp_config"
-    world = int(_get(config, "trainer.nnodes", 1)) * int(_get(config, "trainer.n_gpus_per_node", 1))
-    fsdp_size = int(_get(config, f"{fsdp}.fsdp_size", -1))
-    shard = fsdp_size if 0 < fsdp_size <= world else world
-    # verl reads two LoRA blocks (FSDP: model.lora_rank; Megatron: model.lora.rank), as rollout_checks.lora_rank
-    rank = max(int(_get(config, f"{A}.model.lora_rank", 0) or 0), int(_get(config, f"{A}.model.lora.rank", 0) or 0))
+def plan_memory(view: ConfigView, size: ModelSize, size_source: str, gpu: float, gpu_source: str) -> MemoryPlan:
+    world = view.gpus
+    shard = view.fsdp_size if 0 < view.fsdp_size <= world else world
+    rank = view.lora
     trainable = size.lora_parameters(rank) if rank else size.parameters
-    param_bytes = DTYPE_BYTES.get(str(_get(config, f"{fsdp}.model_dtype", "fp32")), 4)
-    training = not _get(config, "trainer.val_only", False)
+    param_bytes = DTYPE_BYTES.get(view.model_dtype, 4)
+    training = not view.val_only
 
     params = param_bytes * (size.parameters + (trainable if rank else 0)) / shard / GIB
     grads = GRAD_BYTES * trainable / shard / GIB if training else 0.0
     adam = ADAM_BYTES * trainable / shard / GIB if training else 0.0
-    cpu_policy = _get(config, f"{actor}.strategy") == "fsdp2" and _get(config, f"{fsdp}.offload_policy", False)
-    param_off = bool(_get(config, f"{fsdp}.param_offload", False)) or cpu_policy
-    optim_off = bool(_get(config, f"{fsdp}.optimizer_offload", False)) or cpu_policy
+    cpu_policy = view.strategy == "fsdp2" and view.offload_policy
+    param_off = view.param_offload or cpu_policy
+    optim_off = view.optimizer_offload or cpu_policy
     where = f"LoRA rank {rank}: gradients and Adam for the adapters only" if rank else "full fine-tuning"
     if not training:
         where = "an evaluation: no gradients, no Adam"
@@ -217,27 +195,22 @@ def plan_memory(config: DictConfig | _Changed, size: ModelSize, size_source: str
     # all-gathered bf16 copies while a block computes (and the next one prefetched), and the embedding's unit
     gathered = (2 * 2 * BF16_BYTES * size.layer_parameters + BF16_BYTES * size.embedding_parameters) / GIB
 
-    sequence = int(_get(config, "data.max_prompt_length")) + int(_get(config, "data.max_response_length"))
-    train_tokens = _micro_tokens(config, f"{actor}.ppo_micro_batch_size_per_gpu", f"{actor}.ppo_max_token_len_per_gpu",
-                                 sequence)
-    old_tokens = _micro_tokens(config, f"{rollout}.log_prob_micro_batch_size_per_gpu",
-                               f"{rollout}.log_prob_max_token_len_per_gpu", sequence)
-    ref_tokens = _micro_tokens(config, f"{A}.ref.log_prob_micro_batch_size_per_gpu",
-                               f"{A}.ref.log_prob_max_token_len_per_gpu", sequence)
-    activations = train_activation_bytes(config, size, train_tokens) / GIB
+    train_tokens = _micro_tokens(view, view.actor_micro_batch, view.actor_max_tokens)
+    old_tokens = _micro_tokens(view, view.log_prob_micro_batch, view.log_prob_max_tokens)
+    ref_tokens = _micro_tokens(view, view.ref_micro_batch, view.ref_max_tokens)
+    activations = train_activation_bytes(view, size, train_tokens) / GIB
 
     # SGLang: its share of what is free when it starts, after the actor's parameters (Adam comes later)
-    tp = int(_get(config, f"{rollout}.tensor_model_parallel_size", 1))
-    fraction = float(_get(config, f"{rollout}.gpu_memory_utilization", 0.5))
+    tp = view.tensor_parallel
     free_at_start = gpu - 2 * CONTEXT_GIB - (0.0 if param_off else params)
-    static = max(0.0, fraction * free_at_start)
+    static = max(0.0, view.gpu_memory_utilization * free_at_start)
     weights = BF16_BYTES * size.parameters / tp / GIB
     kv = max(0.0, static - weights)
     kv_per_token = size.kv_bytes_per_token / min(tp, size.kv_heads)  # KV heads split over TP, replicated past them
     kv_tokens = int(kv * GIB / kv_per_token) if kv_per_token else 0
-    sampling = (int(_get(config, f"{rollout}.max_num_seqs", 256)) * size.vocab * 4
+    sampling = ((view.max_num_seqs or 256) * size.vocab * 4
                 + SGLANG_PREFILL_CHUNK * (4 * size.hidden + 3 * size.intermediate) * BF16_BYTES / tp) / GIB
-    alternates = bool(_get(config, f"{rollout}.free_cache_engine", True))
+    alternates = view.free_cache_engine
     asleep = SGLANG_OVERHEAD_GIB + (0.0 if alternates else static)
 
     resident_params = 0.0 if param_off else params
@@ -245,108 +218,117 @@ def plan_memory(config: DictConfig | _Changed, size: ModelSize, size_source: str
     phases = {"rollout": CONTEXT_GIB + resident_params + resident_adam + static + SGLANG_OVERHEAD_GIB + sampling}
     if training:
         phases["training"] = CONTEXT_GIB + params + grads + adam + gathered + activations + asleep
-        old = forward_activation_bytes(config, size, old_tokens, entropy=True) / GIB
+        old = forward_activation_bytes(view, size, old_tokens, entropy=True) / GIB
         phases["old log-probs"] = CONTEXT_GIB + params + resident_adam + gathered + old + asleep
-        if _get(config, f"{actor}.use_kl_loss", False) and not rank:  # with LoRA the actor without adapters is it
-            ref = forward_activation_bytes(config, size, ref_tokens, entropy=False) / GIB + gathered
+        if view.use_kl_loss and not rank:  # with LoRA the actor without adapters is it
+            ref = forward_activation_bytes(view, size, ref_tokens, entropy=False) / GIB + gathered
             phases["reference log-probs"] = CONTEXT_GIB + params + resident_adam + ref + asleep
-    plan = MemoryPlan(gpu=gpu, gpu_source=gpu_source, size=size, size_source=size_source, training=training,
+    return MemoryPlan(gpu=gpu, gpu_source=gpu_source, size=size, size_source=size_source, training=training,
                       params=params, grads=grads, adam=adam, where=where, train_tokens=train_tokens,
-                      activations=activations,
-                      checkpointing=bool(_get(config, f"{A}.model.enable_gradient_checkpointing", False)),
-                      sglang_weights=weights, sglang_kv=kv, kv_tokens=kv_tokens, sglang_alternates=alternates,
-                      sequence=sequence, phases=phases)
-    return plan
+                      activations=activations, checkpointing=view.gradient_checkpointing, sglang_weights=weights,
+                      sglang_kv=kv, kv_tokens=kv_tokens, sglang_alternates=alternates, sequence=view.sequence,
+                      phases=phases)
 
 
-def plan_for(config: DictConfig, environ=None) -> tuple[MemoryPlan | None, str]:
-    """The plan for a composed config, or None and why not (no model size known, not an SGLang rollout)."""
-    if _get(config, f"{A}.rollout.name") != "sglang":
-        return None, f"not planned: the rollout is {_get(config, f'{A}.rollout.name')}, not SGLang on GPUs"
-    model = str(_get(config, f"{A}.model.path"))
-    size, source = model_size(model)
+def plan_for(view: ConfigView, model: ModelSource, gpu_memory_gb: float | None = None,
+             environ=None) -> tuple[MemoryPlan | None, str]:
+    """The plan for a launch's config and model, or None and why not (no model size known, not an SGLang
+    rollout). `gpu_memory_gb`: the GPU_MEMORY_GB knob."""
+    if view.rollout_name != "sglang":
+        return None, f"not planned: the rollout is {view.rollout_name}, not SGLang on GPUs"
+    size, source = model.size()
     if size is None:
-        return None, f"not planned: {model}: {source}"
-    gpu, gpu_source = gpu_memory(environ)
-    return plan_memory(config, size, source, gpu, gpu_source), ""
+        return None, f"not planned: {model.name}: {source}"
+    gpu, gpu_source = gpu_memory(gpu_memory_gb, view.card_gb, environ)
+    if gpu is None:
+        return None, f"not planned: {gpu_source}"
+    return plan_memory(view, size, source, gpu, gpu_source), ""
 
 
 # ---- the cheapest change that fits ------------------------------------------------------------------------
 
-MICRO_KEYS = (f"{A}.actor.ppo_micro_batch_size_per_gpu", f"{A}.rollout.log_prob_micro_batch_size_per_gpu",
-              f"{A}.ref.log_prob_micro_batch_size_per_gpu")
+# the micro-batches a fix may make smaller, as the view names them, and their config keys
+MICRO_FIELDS = ("actor_micro_batch", "log_prob_micro_batch", "ref_micro_batch")
+MICRO_KEYS = tuple(ConfigView.key_of(name) for name in MICRO_FIELDS)
 
 
-def _fits(config: DictConfig, plan: MemoryPlan, updates: dict, size: ModelSize | None = None,
+def _fits(view: ConfigView, plan: MemoryPlan, updates: dict, breaks, size: ModelSize | None = None,
           source: str | None = None) -> MemoryPlan | None:
-    """The plan with these changes, and smaller micro-batches if they need them, when it fits with FIX_MARGIN."""
-    micro = max(int(_get(config, key, 1)) for key in MICRO_KEYS)
+    """The plan with these changes (view fields), and smaller micro-batches if they need them, when it fits with
+    FIX_MARGIN and the changed view breaks no other rule of the preflight (`breaks`) that the launch keeps now."""
+    kept = set(breaks(view))
+    micro = max(getattr(view, name) or 1 for name in MICRO_FIELDS)
     while True:
-        changed = {**updates, **{key: min(micro, int(_get(config, key, micro))) for key in MICRO_KEYS}}
-        found = plan_memory(_Changed(config, changed), size or plan.size, source or plan.size_source, plan.gpu,
-                            plan.gpu_source)
-        if found.peak <= FIX_MARGIN * plan.gpu:
+        changed = {**updates, **{name: min(micro, getattr(view, name) or micro) for name in MICRO_FIELDS}}
+        candidate = replace(view, **changed)
+        found = plan_memory(candidate, size or plan.size, source or plan.size_source, plan.gpu, plan.gpu_source)
+        if found.peak <= FIX_MARGIN * plan.gpu and not [b for b in breaks(candidate) if b not in (MEMORY, *kept)]:
             found.changes = changed
             return found
-        if micro <= 1 or _get(config, f"{A}.actor.use_dynamic_bsz", False):
+        if micro <= 1 or view.dynamic_batch:
             return None
         micro //= 2
 
 
-def _said(plan: MemoryPlan, config: DictConfig) -> str:
+def _said(plan: MemoryPlan, view: ConfigView) -> str:
     """The overrides of a fix (what differs from the launch's config), and what the plan then comes to."""
-    changed = {k: v for k, v in plan.changes.items() if _get(config, k) != v}
-    micro = [k for k in changed if k in MICRO_KEYS]
-    text = " ".join(f"{k}={v}" for k, v in changed.items())
+    changed = {name: value for name, value in plan.changes.items() if getattr(view, name) != value}
+    micro = [name for name in changed if name in MICRO_FIELDS]
+    text = " ".join(f"{ConfigView.key_of(name)}={value}" for name, value in changed.items())
     if micro:
         text += f" (micro-batches of {changed[micro[0]]}; slower)"
     return f"{text}: ~{plan.peak:.0f} GB"
 
 
-def cheapest_fix(config: DictConfig, plan: MemoryPlan) -> str | None:
+def cheapest_fix(view: ConfigView, plan: MemoryPlan, breaks=lambda view: []) -> str | None:
     """The first change, from least to most disruptive to the run, whose plan fits with room for the estimate's
     error (each with smaller micro-batches if it needs them): smaller micro-batches alone (the same training,
     slower), the actor's parameters and Adam offloaded between phases, LoRA, a smaller model, more GPUs. None when
     none does."""
-    offload = {f"{A}.actor.fsdp_config.param_offload": True, f"{A}.actor.fsdp_config.optimizer_offload": True}
-    lora = {f"{A}.model.lora_rank": 64, f"{A}.model.lora_alpha": 32, f"{A}.model.lora.merge": True,
-            f"{A}.actor.optim.lr": 3e-5}
+    offload = {"param_offload": True, "optimizer_offload": True}
+    lora = {"lora_rank": 64, "lora_alpha": 32, "lora_merge": True, "lr": 3e-5}
     for label, updates in (("", {}), ("offload: ", offload), ("LoRA as config/profile/lora.yaml: ", lora)):
-        if label.startswith("LoRA") and _get(config, "trainer.val_only", False):
+        if label.startswith("LoRA") and view.val_only:
             continue
-        found = _fits(config, plan, updates)
+        found = _fits(view, plan, updates, breaks)
         if found:
-            return label + _said(found, config)
+            return label + _said(found, view)
     if table_entry(plan.size.name):
         for hub_id in reversed(qwen25_hub_ids()):
             smaller, source = model_size(hub_id)
             if smaller and smaller.parameters < plan.size.parameters:
-                found = _fits(config, plan, {}, smaller, source)
+                found = _fits(view, plan, {}, breaks, smaller, source)
                 if found:
-                    return f"a smaller model: MODEL_PATH={hub_id} " + _said(found, config)
-    per_node = int(_get(config, "trainer.n_gpus_per_node", 1))
+                    return f"a smaller model: MODEL_PATH={hub_id} " + _said(found, view)
+    per_node = view.gpus_per_node
     for more in (2, 4, 8):
-        found = _fits(config, plan, {"trainer.n_gpus_per_node": per_node * more})
+        found = _fits(view, plan, {"gpus_per_node": per_node * more}, breaks)
         if found:
             return f"more GPUs: N_GPUS_PER_NODE={per_node * more} (or as many over several nodes) " + \
-                _said(found, config)
+                _said(found, view)
     return None
 
 
-def check_memory(config: DictConfig, report, environ=None) -> MemoryPlan | None:
-    """A launch whose plan does not fit its GPUs is refused, in one line with the cheapest change that fits; one
-    within the estimate's error of not fitting is warned about."""
-    plan, _why = plan_for(config, environ)
+def plan_trouble(view: ConfigView, plan: MemoryPlan) -> str | None:
+    """What check_memory would say of this plan, in a word (None: nothing)."""
+    if plan.sglang_kv < _one_trajectory_kv(view, plan):
+        return "no room for SGLang"
+    return "does not fit" if not plan.fits else "tight" if plan.tight else None
+
+
+def check_memory(view: ConfigView, plan: MemoryPlan | None, report, breaks=lambda view: []) -> None:
+    """A launch whose plan does not fit its GPUs is refused, in one line with the cheapest change that fits (and
+    breaks no other rule of the preflight: `breaks`); one within the estimate's error of not fitting is warned
+    about."""
     if plan is None:
-        return None
-    if plan.sglang_kv < _one_trajectory_kv(config, plan):
-        report.error(f"memory: SGLang's share ({_get(config, f'{A}.rollout.gpu_memory_utilization')} of the "
+        return
+    if plan.sglang_kv < _one_trajectory_kv(view, plan):
+        report.error(f"memory: SGLang's share ({view.gpu_memory_utilization} of the "
                      f"~{plan.gpu - 2 * CONTEXT_GIB - plan.params:.0f} GB free when it starts) cannot hold the "
                      f"{plan.size.name} weights ({plan.sglang_weights:.1f} GB) and one trajectory's KV cache; raise "
                      "actor_rollout_ref.rollout.gpu_memory_utilization or use more GPUs (docs/configuration.md#memory)")
-        return plan
-    if not plan.fits:
-        fix = cheapest_fix(config, plan)
+    elif not plan.fits:
+        fix = cheapest_fix(view, plan, breaks)
         report.error(f"memory: ~{plan.peak:.0f} GB per GPU at its peak ({plan.peak_phase}) does not fit "
                      f"{plan.gpu:.0f} GB ({plan.gpu_source}); " +
                      (f"the cheapest fix: {fix}" if fix else "no single change found that fits: more GPUs with LoRA") +
@@ -354,9 +336,7 @@ def check_memory(config: DictConfig, report, environ=None) -> MemoryPlan | None:
     elif plan.tight:
         report.warn(f"memory: ~{plan.peak:.0f} of {plan.gpu:.0f} GB per GPU at its peak ({plan.peak_phase}): within "
                     "the estimate's error of not fitting (docs/configuration.md#memory)")
-    return plan
 
 
-def _one_trajectory_kv(config: DictConfig, plan: MemoryPlan) -> float:
-    tp = int(_get(config, f"{A}.rollout.tensor_model_parallel_size", 1))
-    return plan.sequence * plan.size.kv_bytes_per_token / min(tp, plan.size.kv_heads) / GIB
+def _one_trajectory_kv(view: ConfigView, plan: MemoryPlan) -> float:
+    return plan.sequence * plan.size.kv_bytes_per_token / min(view.tensor_parallel, plan.size.kv_heads) / GIB

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from recipes.models import ModelSource, resolve_model
 from recipes.preflight.findings import Report
 
 
@@ -40,10 +41,12 @@ def prompt_lengths(config: DictConfig, path: Path, tokenizer) -> list[int]:
                                                                    **kwargs))) for prompt in prompts]
 
 
-def check_prompt_lengths(config: DictConfig, report: Report) -> None:
+def check_prompt_lengths(config: DictConfig, report: Report, model: ModelSource | None = None) -> None:
+    """`model`: where the preflight found the launch's model (else looked up from the config)."""
     data = config.data
-    folder = Path(os.path.expanduser(str(config.actor_rollout_ref.model.path)))
-    if not data.get("filter_overlong_prompts", True) or not (folder / "config.json").is_file():
+    model = model or resolve_model(str(config.actor_rollout_ref.model.path))
+    folder = model.folder
+    if not data.get("filter_overlong_prompts", True) or not model.local or not (folder / "config.json").is_file():
         return  # nothing filtered, or the tokenizer is a hub id's (not fetched here)
     files = data.val_files
     files = [files] if isinstance(files, str) else list(files or [])

@@ -1,8 +1,9 @@
 """The schedule a config makes, by verl's rules: the train dataloader serves `data.gen_batch_size or
 data.train_batch_size` prompts a step and drops the last partial batch; steps are that many batches x
 trainer.total_epochs unless trainer.total_training_steps is set; a step makes `train_batch_size /
-ppo_mini_batch_size x ppo_epochs` actor updates. The dry-run plan says it (recipes/launch/algorithm.py) and the
-preflight refuses a schedule of no step."""
+ppo_mini_batch_size x ppo_epochs` actor updates; validation takes the whole validation file in one batch, or
+data.val_max_samples rows drawn at random. The preflight refuses a schedule of no step; the dry-run plan says the
+rest (recipes/launch/plan.py)."""
 
 from __future__ import annotations
 
@@ -10,13 +11,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
-
-ACTOR = "actor_rollout_ref.actor"
-
-
-def _get(config: DictConfig, key: str):
-    return OmegaConf.select(config, key)
+from recipes.config_view import ConfigView
 
 
 def rows_of(files) -> int | None:
@@ -42,7 +37,9 @@ class Schedule:
     steps_per_epoch: int | None
     epochs: int
     steps: int | None  # None: depends on rows not known
+    fixed_steps: bool  # trainer.total_training_steps sets them
     lr: float
+    val_rows: int | None  # validation rows (None: the file is not there yet)
 
     @property
     def updates(self) -> int | None:
@@ -53,35 +50,31 @@ class Schedule:
         return self.mini_batch * self.n
 
 
-def schedule_of(config: DictConfig) -> Schedule:
-    prompts = _get(config, "data.gen_batch_size") or _get(config, "data.train_batch_size")
-    mini = _get(config, f"{ACTOR}.ppo_mini_batch_size")
-    rows = rows_of(_get(config, "data.train_files"))
-    cap = _get(config, "data.train_max_samples") or -1
-    if rows is not None and 0 < cap < rows:
-        rows = cap
+def schedule_of(view: ConfigView) -> Schedule:
+    prompts = view.gen_batch_size or view.train_batch_size
+    rows = rows_of(view.train_files)
+    if rows is not None and 0 < view.train_max_samples < rows:
+        rows = view.train_max_samples
     per_epoch = rows // prompts if rows is not None else None
-    epochs = _get(config, "trainer.total_epochs")
-    fixed = _get(config, "trainer.total_training_steps")
-    steps = fixed if fixed else (per_epoch * epochs if per_epoch is not None else None)
-    updates = max(1, _get(config, "data.train_batch_size") // mini) * (_get(config, f"{ACTOR}.ppo_epochs") or 1)
-    return Schedule(prompts=prompts, n=_get(config, "actor_rollout_ref.rollout.n"), mini_batch=mini,
-                    updates_per_step=updates, rows=rows, steps_per_epoch=per_epoch, epochs=epochs, steps=steps,
-                    lr=_get(config, f"{ACTOR}.optim.lr"))
+    fixed = view.total_training_steps
+    steps = fixed if fixed else (per_epoch * view.total_epochs if per_epoch is not None else None)
+    updates = max(1, view.train_batch_size // view.mini_batch) * (view.ppo_epochs or 1)
+    return Schedule(prompts=prompts, n=view.rollout_n, mini_batch=view.mini_batch, updates_per_step=updates,
+                    rows=rows, steps_per_epoch=per_epoch, epochs=view.total_epochs, steps=steps,
+                    fixed_steps=bool(fixed), lr=view.lr, val_rows=rows_of(view.val_files))
 
 
-
-
-def check_schedule(config: DictConfig, report) -> None:
-    """A training run whose data makes no step in an epoch would start Ray, load the models and train nothing."""
-    if _get(config, "trainer.val_only"):
+def check_schedule(view: ConfigView, schedule: Schedule, report, breaks=lambda view: []) -> None:
+    """A training run whose data makes no step in an epoch would start Ray, load the models and train nothing. The
+    fewer prompts a step it suggests break no other rule of the preflight (`breaks`)."""
+    if view.val_only or schedule.steps_per_epoch != 0:
         return
-    s = schedule_of(config)
-    if s.steps_per_epoch != 0:
-        return
-    capped = f" (data.train_max_samples={_get(config, 'data.train_max_samples')})" if \
-        (_get(config, "data.train_max_samples") or -1) > 0 else ""
+    from recipes.preflight.division import fitting_batch
+
+    s = schedule
+    capped = f" (data.train_max_samples={view.train_max_samples})" if view.train_max_samples > 0 else ""
+    fitting = fitting_batch(view, breaks, most=max(1, s.rows)) if view.gen_batch_size is None else None
+    fewer = f"{' '.join(view.overrides_to(fitting))}, or " if fitting else ""
     report.error(f"0 training steps: {s.rows} training rows{capped} // {s.prompts} prompts a step = 0 steps an "
                  f"epoch; prepare more rows (python data_prep/gsm8k.py writes GSM8K's 7473), or take fewer prompts a "
-                 f"step (data.train_batch_size={max(1, s.rows)} actor_rollout_ref.actor.ppo_mini_batch_size="
-                 f"{max(1, s.rows)}, or PROFILE=1gpu_smoke: 8 a step)")
+                 f"step ({fewer}PROFILE=1gpu_smoke: 8 a step)")

@@ -19,12 +19,12 @@ pieces makes every call several tokens the model must get right. A hub id is not
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
 from recipes.gpu_env.kernel_census import shape_of
+from recipes.models import ModelSource, resolve_model
 from recipes.preflight.findings import Report
 
 FLASHINFER_HEAD_DIMS = (64, 128, 256, 512)
@@ -91,12 +91,14 @@ def _load_tokenizer(folder: Path):
         return None, f"{type(err).__name__}: {str(err).splitlines()[0][:160] if str(err) else ''}"
 
 
-def check_sglang_model(config: DictConfig, report: Report) -> None:
-    """The checks above, for a launch whose rollout is SGLang and whose model is a folder here."""
+def check_sglang_model(config: DictConfig, report: Report, model: ModelSource | None = None) -> None:
+    """The checks above, for a launch whose rollout is SGLang and whose model is a folder here (`model`: where the
+    preflight found it; else looked up from the config)."""
     if config.actor_rollout_ref.rollout.name != "sglang":
         return
-    folder = Path(os.path.expanduser(str(config.actor_rollout_ref.model.path)))
-    if not (folder / "config.json").is_file():
+    model = model or resolve_model(str(config.actor_rollout_ref.model.path))
+    folder = model.folder
+    if not model.local or not (folder / "config.json").is_file():
         return  # a hub id, or a folder check_model already refused
     offers_tools = bool(OmegaConf.select(config, "actor_rollout_ref.rollout.multi_turn.tool_config_path"))
     context = int(config.data.max_prompt_length) + int(config.data.max_response_length)

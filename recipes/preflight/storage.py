@@ -13,9 +13,10 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from recipes.config_view import ConfigView
 from recipes.constants import REPO_ROOT
+from recipes.models import ModelSource
 from recipes.preflight.findings import Report
-from recipes.preflight.rollout_checks import lora_rank
 from recipes.private_files import why_untrusted
 
 OUTPUT_KEYS = ("default_local_dir", "rollout_data_dir", "validation_data_dir")
@@ -31,11 +32,10 @@ NETWORK_FILESYSTEMS = frozenset({
 
 # ---- checkpoints -------------------------------------------------------------------------------------
 
-def model_parameter_count(model_path: str) -> int | None:
+def model_parameter_count(model: ModelSource) -> int | None:
     """From the tensor shapes in the model's safetensors headers on this machine (a local folder or the Hugging
-    Face cache): no weights are read. None when the model is not here yet."""
-    folder = _local_model_dir(model_path)
-    files = sorted(folder.glob("*.safetensors")) if folder else []
+    Face cache's snapshot): no weights are read. None when the model is not here yet."""
+    files = sorted(model.folder.glob("*.safetensors")) if model.folder and model.folder.is_dir() else []
     return sum(_safetensors_parameters(f) for f in files) if files else None
 
 
@@ -45,45 +45,30 @@ def _safetensors_parameters(path: Path) -> int:
     return sum(math.prod(t["shape"]) for name, t in header.items() if name != "__metadata__")
 
 
-def _local_model_dir(model_path: str) -> Path | None:
-    path = Path(os.path.expanduser(model_path))
-    if path.is_dir():
-        return path
-    try:
-        from huggingface_hub import try_to_load_from_cache
-
-        cached = try_to_load_from_cache(model_path, "config.json")
-    except Exception:  # not a repo id, or no cache: nothing to measure
-        return None
-    return Path(cached).parent if isinstance(cached, str) else None
-
-
-def expected_saves(config: DictConfig, train_rows: int | None) -> int | None:
-    trainer = config.trainer
-    if int(trainer.save_freq) <= 0:
+def expected_saves(view: ConfigView, steps: int | None) -> int | None:
+    """Checkpoints on disk at the run's end (verl also saves at the last step); None while the steps are unknown."""
+    if view.save_freq <= 0:
         return 0
-    steps = trainer.total_training_steps
-    if steps is None and train_rows:
-        steps = (train_rows // int(config.data.train_batch_size)) * int(trainer.total_epochs)
     if steps is None:
         return None
-    saves = math.ceil(int(steps) / int(trainer.save_freq))  # verl also saves at the last step
-    keep = trainer.get("max_actor_ckpt_to_keep")
-    return min(saves, int(keep)) if keep else saves
+    saves = math.ceil(steps / view.save_freq)
+    return min(saves, view.max_ckpt_to_keep) if view.max_ckpt_to_keep else saves
 
 
-def check_checkpoint_space(config: DictConfig, report: Report, train_rows: int | None = None,
+def check_checkpoint_space(view: ConfigView, steps: int | None, model: ModelSource, report: Report,
                            params: int | None = None) -> None:
-    saves = expected_saves(config, train_rows)
+    saves = expected_saves(view, steps)
     if not saves:
         return
-    params = params if params is not None else model_parameter_count(str(config.actor_rollout_ref.model.path))
+    if params is None:  # the weights here, else the size its config.json or the recipe's table gives
+        size, _ = model.size()
+        params = model_parameter_count(model) or (size.parameters if size else None)
     if params is None:
-        report.warn(f"cannot size the checkpoints ({config.actor_rollout_ref.model.path} is not on this machine yet): "
+        report.warn(f"cannot size the checkpoints ({model.name} is not on this machine yet): "
                     f"each save holds ~{BYTES_PER_PARAM_FULL} bytes per parameter (~37 GB for a 3B model)")
         return
-    per_save = params * (BYTES_PER_PARAM_LORA if lora_rank(config) else BYTES_PER_PARAM_FULL)
-    need, where = saves * per_save, _existing_ancestor(Path(os.path.expanduser(str(config.trainer.default_local_dir))))
+    per_save = params * (BYTES_PER_PARAM_LORA if view.lora else BYTES_PER_PARAM_FULL)
+    need, where = saves * per_save, _existing_ancestor(Path(os.path.expanduser(view.default_local_dir)))
     free = shutil.disk_usage(where).free
     if free < need:
         report.warn(f"{where} has {free / 1e9:.0f} GB free but {saves} checkpoint(s) of ~{per_save / 1e9:.1f} GB need "

@@ -1,11 +1,14 @@
 """What a run's traces weigh, and which GRPO groups a step traces: the one home of that arithmetic.
 
-The launcher's plan and its TRACE_GB_PER_DAY budget (recipes/launch/trace_budget.py), the agent-loop workers'
+The launcher's plan and its TRACE_GB_PER_DAY budget (recipes/preflight/trace_budget.py), the agent-loop workers'
 rotation (recipes/gsm8k/worker.py), the trace tally and the rollout benchmark read it from here.
 
     traced a step   = G groups x n rollouts (+ G x val_n a validation, every test_freq steps)
     MB a step       = traced x TRACE_BYTES_PER_TRAJECTORY / 1e6
-    GB a day        = MB a step x 86,400 / STEP_SECONDS_ESTIMATE / 1e3
+    GB a day        = MB a step x 86,400 / the step's seconds / 1e3
+
+The step's seconds are the short end of the profile's step time (recipe.step_time: the most traces a day), the
+figure the plan's time row uses too.
 
 G is verl's per-worker sampling (max_samples_per_step_per_worker prompts on each of the agent-loop workers, all
 their rollouts) unless the launcher set the recipe's own count (GROUPS_KEY): then each step G groups are spread
@@ -19,18 +22,15 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from recipes.config_view import GROUPS_KEY as GROUPS_KEY  # the recipe's key, said where the trace budget lives
+from recipes.config_view import ConfigView
+
 # Bytes W&B receives per traced trajectory of the recipe (its root, chat call, and per turn a generate, a parse and
 # a tool call, in a GRPO thread with the group's figures): docs/measured.md#trace_bytes_per_trajectory,
 # measured by scripts/bench_rollout.py at the production mix of turns (tests/test_trace_volume.py holds them equal).
 TRACE_BYTES_PER_TRAJECTORY = 23_682
-# docs/configuration.md "Step time on 8xH100 (estimate)": 60-90 s; the short end gives the most traces a day.
-# No other profile has its own estimate (4gpu and multinode keep the per-engine load of 8xH100).
-STEP_SECONDS_ESTIMATE = 60
 FREE_PLAN_GB_PER_MONTH = 1.0  # W&B's free plan: Weave data ingested a month
 DAYS_PER_MONTH = 365.25 / 12
-# The recipe's own key (verl reads nothing under `recipe`): GRPO groups traced a step, set by TRACE_GB_PER_DAY.
-# Not under rollout.trace, whose dataclass refuses fields verl does not know.
-GROUPS_KEY = "recipe.trace_groups_per_step"
 # verl's own: the prompts each agent-loop worker traces a step (all their rollouts)
 PER_WORKER_KEY = "actor_rollout_ref.rollout.trace.max_samples_per_step_per_worker"
 
@@ -39,15 +39,9 @@ class TraceBudgetError(ValueError):
     """A budget or tracing setting the launcher refuses; the message is the one line the user sees."""
 
 
-def _select(config: Any, key: str) -> Any:
-    from omegaconf import OmegaConf
-
-    return OmegaConf.select(config, key)
-
-
 @dataclass(frozen=True)
 class TraceShape:
-    """What sets a run's trace volume, read from its composed config (a DictConfig, or hydra's saved copy)."""
+    """What sets a run's trace volume, read from its composed config's view."""
 
     prompts: int  # data.train_batch_size: GRPO groups a step
     n: int  # rollout.n
@@ -57,23 +51,16 @@ class TraceShape:
     per_worker: int | None  # verl's max_samples_per_step_per_worker (None: every prompt)
     groups: int | None  # GROUPS_KEY (None: verl's per-worker sampling decides)
     steps: int | None  # trainer.total_training_steps, if set
+    step_s: float | None = None  # the short end of the profile's step time (recipe.step_time); None: not estimated
 
     @classmethod
-    def of(cls, config: Any) -> TraceShape:
-        from omegaconf import OmegaConf
-
-        if not OmegaConf.is_config(config):
-            config = OmegaConf.create(config)
-        rollout = "actor_rollout_ref.rollout"
-        steps = _select(config, "trainer.total_training_steps")
-        groups = _select(config, GROUPS_KEY)
-        per_worker = _select(config, PER_WORKER_KEY)
-        return cls(prompts=int(_select(config, "data.train_batch_size")), n=int(_select(config, f"{rollout}.n")),
-                   workers=int(_select(config, f"{rollout}.agent.num_workers")),
-                   val_n=int(_select(config, f"{rollout}.val_kwargs.n") or 1),
-                   test_freq=int(_select(config, "trainer.test_freq") or 0),
-                   per_worker=None if per_worker is None else int(per_worker),
-                   groups=None if groups is None else int(groups), steps=None if steps is None else int(steps))
+    def of(cls, config: ConfigView | Any, steps: int | None = None) -> TraceShape:
+        """From the config's view (or a composed config, a DictConfig or hydra's saved copy); `steps`: the run's, where
+        trainer.total_training_steps does not set them."""
+        view = config if isinstance(config, ConfigView) else ConfigView.of(config)
+        return cls(prompts=view.train_batch_size, n=view.rollout_n, workers=view.agent_workers, val_n=view.val_n,
+                   test_freq=view.test_freq, per_worker=view.trace_per_worker, groups=view.trace_groups,
+                   steps=view.total_training_steps or steps, step_s=view.step_seconds[0] if view.step_seconds else None)
 
     @property
     def prompts_per_worker(self) -> int:
@@ -103,7 +90,7 @@ def split_refusal(shape: TraceShape) -> str | None:
     fits = max(d for d in range(1, shape.workers + 1) if shape.prompts % d == 0)
     return (f"data.train_batch_size={shape.prompts} is not a multiple of actor_rollout_ref.rollout.agent.num_workers="
             f"{shape.workers}: verl would split GRPO groups across agent-loop workers and trace parts of groups; "
-            f"use num_workers={fits}")
+            f"use actor_rollout_ref.rollout.agent.num_workers={fits}")
 
 
 @dataclass(frozen=True)
@@ -111,16 +98,15 @@ class Volume:
     groups: int  # traced a training step
     trajectories: float  # traced a step, validation averaged over the steps
     mb_per_step: float
-    gb_per_day: float
+    gb_per_day: float | None  # None: the profile has no step time
     gb_per_run: float | None
 
 
-def volume(shape: TraceShape, groups: int, bytes_per_trajectory: int = TRACE_BYTES_PER_TRAJECTORY,
-           step_s: float = STEP_SECONDS_ESTIMATE) -> Volume:
+def volume(shape: TraceShape, groups: int, bytes_per_trajectory: int = TRACE_BYTES_PER_TRAJECTORY) -> Volume:
     validation = groups * shape.val_n / shape.test_freq if shape.test_freq > 0 else 0.0
     trajectories = groups * shape.n + validation
     mb = trajectories * bytes_per_trajectory / 1e6
-    return Volume(groups, trajectories, mb, mb * 86_400 / step_s / 1e3,
+    return Volume(groups, trajectories, mb, mb * 86_400 / shape.step_s / 1e3 if shape.step_s else None,
                   mb * shape.steps / 1e3 if shape.steps else None)
 
 
@@ -141,10 +127,13 @@ def budget_groups(shape: TraceShape, gb_per_day: float) -> tuple[int, str | None
     when the budget was clamped. TraceBudgetError for a budget that is not a positive number."""
     check_budget(gb_per_day)
     one = volume(shape, 1).gb_per_day
+    if one is None:
+        raise TraceBudgetError(f"TRACE_GB_PER_DAY={gb_per_day:g} needs the profile's step time (recipe.step_time), "
+                               "and this profile has none: set max_samples_per_step_per_worker instead")
     groups = math.floor(gb_per_day / one)
     if groups < 1:
         return 1, (f"TRACE_GB_PER_DAY={gb_per_day:g} is below one GRPO group a step (~{one:.2f} GB a day at "
-                   f"{STEP_SECONDS_ESTIMATE} s a step): tracing 1 group a step (clamped); TRACE=off traces nothing")
+                   f"{shape.step_s:g} s a step): tracing 1 group a step (clamped); TRACE=off traces nothing")
     if groups >= shape.prompts:
         return shape.prompts, (f"TRACE_GB_PER_DAY={gb_per_day:g} holds every GRPO group of a step: tracing all "
                                f"{shape.prompts} groups a step (~{volume(shape, shape.prompts).gb_per_day:.1f} GB a "
@@ -167,11 +156,13 @@ def describe(shape: TraceShape) -> str:
                if base else f"1 prompt on {extra} of the {shape.workers} agent-loop workers, in turn")
     free = free_plan_gb_per_day()
     run = f", ~{_size(v.gb_per_run)} per run ({shape.steps} steps)" if v.gb_per_run is not None else ""
-    return (f"weave, {groups} GRPO group(s) a step ({how}, all {shape.n} rollouts, one Weave thread each) = "
-            f"{groups * shape.n} traced trajectories; ~{v.mb_per_step:.2f} MB a step, ~{_size(v.gb_per_day)} a day "
-            f"at {STEP_SECONDS_ESTIMATE} s a step{run} (~{TRACE_BYTES_PER_TRAJECTORY / 1e3:.1f} KB a trajectory); "
-            f"W&B's free plan holds {FREE_PLAN_GB_PER_MONTH:g} GB a month (~{1e3 * free:.0f} MB a day): "
-            f"{v.gb_per_day / free:.0f}x that")
+    traced = (f"weave, {groups} GRPO group(s) a step ({how}, all {shape.n} rollouts, one Weave thread each) = "
+              f"{groups * shape.n} traced trajectories; ~{v.mb_per_step:.2f} MB a step")
+    if v.gb_per_day is None:
+        return f"{traced}{run} (~{TRACE_BYTES_PER_TRAJECTORY / 1e3:.1f} KB a trajectory; no step time: no figure a day)"
+    return (f"{traced}, ~{_size(v.gb_per_day)} a day at {shape.step_s:g} s a step{run} "
+            f"(~{TRACE_BYTES_PER_TRAJECTORY / 1e3:.1f} KB a trajectory); W&B's free plan holds "
+            f"{FREE_PLAN_GB_PER_MONTH:g} GB a month (~{1e3 * free:.0f} MB a day): {v.gb_per_day / free:.0f}x that")
 
 
 def _size(gb: float) -> str:

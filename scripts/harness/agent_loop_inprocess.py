@@ -11,8 +11,6 @@ the caller's event loop (the agent loop captures the running loop when construct
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import recipes.gsm8k.tool_parser  # noqa: F401  the recipe's tool-call format, registered as the agent loop registers it
 from recipes.launch.knobs import Knobs, compose_launch_config
 
@@ -24,9 +22,13 @@ def compose_trainer_config(tool_set: str = "calculator", extra_overrides: tuple[
 
 
 def load_tools(config) -> list:
-    from verl.tools.tool_registry import initialize_tools_from_config
+    """The run's tools as verl's agent-loop worker loads them: the tool config's classes, the function file's
+    functions."""
+    from verl.tools.tool_registry import load_all_tools
 
-    return initialize_tools_from_config(str(Path(config.actor_rollout_ref.rollout.multi_turn.tool_config_path)))
+    multi_turn = config.actor_rollout_ref.rollout.multi_turn
+    return load_all_tools(tool_config_path=multi_turn.tool_config_path,
+                          function_tool_path=multi_turn.get("function_tool_path"))
 
 
 def build_agent_loop(config, tokenizer, server, tools, loop_class=None):

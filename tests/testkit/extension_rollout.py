@@ -46,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     from recipes.gsm8k.agent_loop import REWARD_EXTRA_INFO, ScoredToolAgentLoop
     from recipes.gsm8k.reward import compute_score
     from recipes.gsm8k.reward_keys import ACC, ACC_STRICT, PRED, TOOL_CALLS
+    from recipes.gsm8k.tool_sets import TOOL_SETS
     from recipes.gsm8k.trajectory import count_tool_calls, model_text, split_turns
 
     turns = json.loads(args.turns)
@@ -61,11 +62,13 @@ def main(argv: list[str] | None = None) -> int:
         "repo_root": str(REPO_ROOT),
         "tool_config": str(config.actor_rollout_ref.rollout.multi_turn.tool_config_path),
         "tools": [tool.name for tool in tools],
+        "tool_kind": type(tools[0]).__name__ if tools else None,
         "tool_turns": [text for by_model, text in runs if not by_model],
         "reward_score": output.reward_score,
         "reward": {key: extra[key] for key in (ACC, ACC_STRICT, TOOL_CALLS, PRED)},
         "calls_counted_without_the_row": list(count_tool_calls(model_text(runs))),
         "scores": [_score(compute_score, json.loads(item)) for item in args.score],
+        "tool_sets": {name: list(tool_set.tools) for name, tool_set in TOOL_SETS.items()},
     }
     json.dump(result, sys.stdout, default=str)
     return 0

@@ -10,7 +10,6 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 from harness.bench_rollout import PROFILE, ROLLOUT_ESTIMATE_S, TRACED_PHASE
 from harness.bench_rollout.acks import AckRecorder
 from harness.bench_rollout.profiler import PARTS
-from recipes.tracing.volume import STEP_SECONDS_ESTIMATE as GPU_STEP_ESTIMATE_S
 
 MAX_TURNS = 5  # the recipe's multi_turn.max_assistant_turns: the by-turns figure's columns
 
@@ -171,6 +170,14 @@ def profile_volume(args, bytes_per_trajectory: float):
     return volume(shape, shape.groups_per_step(), round(bytes_per_trajectory))
 
 
+def gpu_step_estimate_s() -> float:
+    """The short end of the recipe's own (8xH100) step time: its one home is the config (recipe.step_time)."""
+    from recipes.config_view import ConfigView
+    from recipes.launch.knobs import Knobs, compose_launch_config
+
+    return ConfigView.of(compose_launch_config(Knobs(profile="8xh100"))).step_seconds[0]
+
+
 def print_goals(args, figures: dict) -> None:
     goals = comparisons(figures)
     by_step = ", ".join(f"{r:.3f}" for r in goals["recipe_cpu_ratio_by_step"])
@@ -186,11 +193,12 @@ def print_goals(args, figures: dict) -> None:
           f"runnable samples in tracing: {100 * goals.get('trace_cpu_share_sampled', float('nan')):.1f}%; verl's own "
           f"weave tracing at the same rate, against plain: {100 * goals['verl_weave_cpu_share']:.1f}%")
     if "worker_cpu_per_step_s" in goals:
+        gpu_step_s = gpu_step_estimate_s()
         full = goals["worker_cpu_per_trajectory_ms"] * 4096 / 1e3
         busiest = figures[TRACED_PHASE]["cpu"]["max_worker_cpu_per_step_s"]
         print(f"agent-loop worker CPU (recipe arm): {goals['worker_cpu_per_step_s']:.1f} CPU-s per step here, "
-              f"{full:.0f} CPU-s per 4,096 trajectories at this per-worker load = {full / GPU_STEP_ESTIMATE_S:.2f} x "
-              f"the {GPU_STEP_ESTIMATE_S} s estimated for a GPU step (docs/configuration.md); busiest worker "
+              f"{full:.0f} CPU-s per 4,096 trajectories at this per-worker load = {full / gpu_step_s:.2f} x "
+              f"the {gpu_step_s:g} s estimated for a GPU step (docs/configuration.md); busiest worker "
               f"{busiest:.1f} CPU-s in a step = {busiest / ROLLOUT_ESTIMATE_S:.2f} x the {ROLLOUT_ESTIMATE_S} s "
               "estimated for its rollout")
 

@@ -39,6 +39,7 @@ from harness.probe import gpu_memory, memory_fit
 from harness.probe.projection import memory_plan, plan_lines, report, step_metrics
 from harness.probe.shapes import OF_MODEL, SHAPES, parameters
 from harness.probe.share import Share, ShareError, share_of
+from harness.probe.step_time import record_step_time
 from recipes.constants import REPO_ROOT
 from recipes.models import ModelSize
 
@@ -308,8 +309,21 @@ class Probe:
         lines, result = report(share, metrics, peaks, sampler.unavailable, count, planned)
         for line in lines:
             self.log(line)
+        step = metrics.get("timing_s/step")
+        if k.device == "gpu" and step:  # the measurement replaces the estimate where the plan reads it
+            self.log(f"the step time recorded where the plan's time row reads it: {self.record(share, step)}")
         print(result + f" wall_s={round(time.monotonic() - self.start)}", flush=True)
         return 0
+
+    def record(self, share: Share, step: float) -> Path:
+        from recipes.models import table_entry
+
+        gpu = gpu_memory.gpu_name() or "GPU"
+        model = table_entry(share.model)
+        measured_with = "its model" if self.knobs.model_path else "random weights of its model's shape"
+        source = (f"measured on one {gpu} by scripts/probe_gpu_step.sh, {time.strftime('%Y-%m-%d')}: one GPU's "
+                  f"share of the step with {measured_with}, every response at its limit (an upper bound)")
+        return record_step_time(self.knobs.profile, step, model[0] if model else None, source)
 
     def launch(self, args: list[str], env: dict[str, str], log_file: Path) -> None:
         sys.stdout.flush()

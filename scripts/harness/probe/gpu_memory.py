@@ -33,6 +33,16 @@ def _query(smi: str, what: str) -> list[list[str]]:
     return [[cell.strip() for cell in line.split(",")] for line in out.stdout.splitlines() if line.strip()]
 
 
+def gpu_name() -> str | None:
+    """The first GPU's name, by nvidia-smi; None without one."""
+    smi = shutil.which("nvidia-smi")
+    try:
+        rows = _query(smi, "gpu=name") if smi else []
+    except (OSError, RuntimeError, subprocess.SubprocessError):
+        rows = []
+    return rows[0][0] if rows and rows[0] else None
+
+
 class Sampler:
     """start(), then stop(): peaks in MiB by role ("GPU" for the whole first GPU), or why there are none."""
 

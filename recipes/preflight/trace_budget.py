@@ -1,8 +1,8 @@
 """TRACE_GB_PER_DAY, the launcher's trace budget: how many GRPO groups a step the run traces, so that the traces'
 projected volume (recipes/tracing/volume.py) fits, at least one group a step. It needs the composed config (batch,
-n, agent-loop workers, validation), so it is applied after the preflight has composed it, as two more overrides:
-verl's `max_samples_per_step_per_worker` (the most any worker traces a step) and the recipe's GROUPS_KEY (the
-groups a step, which each worker turns into its share: recipes/gsm8k/worker.py)."""
+n, agent-loop workers, validation), so the preflight applies it as soon as the config composes, before any check
+reads it, as two more overrides: verl's `max_samples_per_step_per_worker` (the most any worker traces a step) and
+the recipe's GROUPS_KEY (the groups a step, which each worker turns into its share: recipes/gsm8k/worker.py)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import math
 
 from omegaconf import OmegaConf
 
+from recipes.config_view import GROUPS_KEY, ConfigView
 from recipes.preflight.stale_keys import override_key
 from recipes.tracing.volume import (
-    GROUPS_KEY,
     PER_WORKER_KEY,
     TraceBudgetError,
     TraceShape,
@@ -31,23 +31,24 @@ def parse_budget(value: str) -> float:
     try:
         number = float(value)
     except ValueError:
+        number = None
+    if number is None:
         raise TraceBudgetError(f"TRACE_GB_PER_DAY must be a number of GB a day (e.g. {EXAMPLE_GB_PER_DAY:g}: "
-                               f"the groups that fit it, at least one), not '{value}'; TRACE=off traces nothing") \
-            from None
+                               f"the groups that fit it, at least one), not '{value}'; TRACE=off traces nothing")
     return check_budget(number)
 
 
-def budget_overrides(config, budget: str, user_overrides: list[str]) -> tuple[list[str], str | None]:
-    """The overrides that make the run trace what `budget` allows, and the line to print when it was clamped.
+def budget_overrides(view: ConfigView, gb_per_day: float, overrides: list[str]) -> tuple[list[str], str | None]:
+    """The overrides that make the run trace what `gb_per_day` allows, and the line to print when it was clamped.
     TraceBudgetError (one line) when the budget cannot apply."""
-    gb_per_day = parse_budget(budget)
-    if OmegaConf.select(config, "actor_rollout_ref.rollout.trace.backend") != "weave":
+    budget = f"{gb_per_day:g}"
+    if not view.traces:
         raise TraceBudgetError(f"TRACE_GB_PER_DAY={budget} but this run traces nothing (trace.backend is not weave: "
                                "TRACE=off, or the profile's): set TRACE=on, or leave TRACE_GB_PER_DAY unset")
-    both = [o for o in user_overrides if override_key(o) in (PER_WORKER_KEY, GROUPS_KEY)]
+    both = [o for o in overrides if override_key(o) in (PER_WORKER_KEY, GROUPS_KEY)]
     if both:
         raise TraceBudgetError(f"TRACE_GB_PER_DAY={budget} and {both[0]} both set how much is traced: keep one")
-    shape = TraceShape.of(config)
+    shape = TraceShape.of(view)
     refusal = split_refusal(shape)
     if refusal:
         raise TraceBudgetError(refusal)
@@ -55,7 +56,7 @@ def budget_overrides(config, budget: str, user_overrides: list[str]) -> tuple[li
     return [f"{PER_WORKER_KEY}={math.ceil(groups / shape.workers)}", f"++{GROUPS_KEY}={groups}"], note
 
 
-def apply(config, overrides: list[str]) -> None:
+def apply_budget(config, overrides: list[str]) -> None:
     """The budget's overrides into an already composed config (what main_ppo will compose from them)."""
     for override in overrides:
         key, value = override.lstrip("+").split("=", 1)
