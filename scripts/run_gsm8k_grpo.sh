@@ -40,7 +40,7 @@ OUTPUT_DIR=${OUTPUT_DIR:-}                       # checkpoints, dumps; multi-nod
 PUBLISH_EVALS=${PUBLISH_EVALS:-0}                # 1: publish each validation to Weave as an Evaluation while training
 TRACE_RELAY=${TRACE_RELAY:-auto}                 # auto: traces go through a relay on each node that keeps them on
                                                  # disk until W&B has them; offline: air-gapped, keep them for
-                                                 # scripts/upload_traces.py; off: workers send straight to W&B
+                                                 # gsm8k-upload-traces; off: workers send straight to W&B
 TRACE_SPOOL=${TRACE_SPOOL:-}                     # where each node's relay keeps traces, on that node's own disk;
                                                  # empty: $OUTPUT_DIR/trace_spool on one node, on a Ray cluster
                                                  # /var/tmp/gsm8k_recipe_traces/$EXPERIMENT_NAME/<node>

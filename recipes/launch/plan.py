@@ -1,5 +1,5 @@
 """What a launch would do, in a dozen lines read from the composed config: the launcher's DRY_RUN prints these
-(as scripts/preflight.py --print-plan does) and writes the full config to a file instead of the console."""
+(as gsm8k-preflight --print-plan does) and writes the full config to a file instead of the console."""
 
 from __future__ import annotations
 

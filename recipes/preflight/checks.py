@@ -106,11 +106,11 @@ def check_model(config: DictConfig, report: Report) -> None:
     where = "" if folder.is_absolute() else f" (relative to {Path.cwd()}, where the launcher runs)"
     if not folder.is_dir():
         report.error(f"actor_rollout_ref.model.path: {model} does not exist{where}; set MODEL_PATH to a model "
-                     "folder (scripts/export_checkpoint.py makes one from a checkpoint) or a hub id "
+                     "folder (gsm8k-export-checkpoint makes one from a checkpoint) or a hub id "
                      "(Qwen/Qwen2.5-3B-Instruct)")
     elif not (folder / "config.json").is_file():
         report.error(f"actor_rollout_ref.model.path: {model} has no config.json{where}: not a Hugging Face model "
-                     "folder (scripts/export_checkpoint.py turns a checkpoint into one)")
+                     "folder (gsm8k-export-checkpoint turns a checkpoint into one)")
     else:
         check_transformers_version(folder / "config.json", report)
 
