@@ -21,6 +21,8 @@ from recipes.preflight.memory import GIB, MICRO_KEYS, check_memory, gpu_memory, 
 from testkit.hf_cache import HubAPI, write_cached_model, write_hub_cache
 from testkit.launcher import clean_environ, plan, run_script
 
+pytestmark = pytest.mark.integration
+
 QWEN_3B, TYPO = "Qwen/Qwen2.5-3B-Instruct", "Qwen/Qwen2.5-3b-instruct"
 
 

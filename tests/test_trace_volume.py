@@ -18,6 +18,8 @@ from recipes.preflight.findings import Report
 from recipes.tracing import volume as v
 from testkit.launcher import plan
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.fixture(scope="module")
 def recipe(default_dry_run):
