@@ -140,11 +140,11 @@ def pytest_xdist_make_scheduler(config, log):
     meanwhile; each worker takes more files when it runs out."""
     if config.getoption("dist") != "loadfile":
         return None
-    from xdist.scheduler import LoadScopeScheduling
+    from xdist.scheduler import LoadFileScheduling
 
-    class Launches(LoadScopeScheduling):
+    class Launches(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            path = nodeid.split("::", 1)[0]
+            path = super()._split_scope(nodeid)
             return "e2e launches" if tiers.declared_tier(config.rootpath / path) == "e2e" else path
 
     return Launches(config, log)
