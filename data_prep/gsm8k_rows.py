@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from data_prep.rows import verl_row
 from recipes.constants import ANSWER_MARKER, INSTRUCTION
+from recipes.gsm8k.answers import reference_number
 from recipes.gsm8k.datasets import no_tools_source
 from recipes.gsm8k.tool_sets import ToolSet
 
@@ -14,9 +14,6 @@ from recipes.gsm8k.tool_sets import ToolSet
 # (data_prep/gsm8k.py DATASET); rows without tools carry the other.
 DATA_SOURCE = "openai/gsm8k"
 DATA_SOURCE_NO_TOOLS = no_tools_source(DATA_SOURCE)
-
-# A GSM8K final answer: optional minus, digits with optional thousands separators, optional decimals.
-_NUMBER = re.compile(r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")
 
 
 class InvalidRecord(ValueError):
@@ -32,13 +29,15 @@ class SourceRecord:
 
 
 def extract_ground_truth(solution: str) -> str:
-    """The number after the last `####`, thousands separators removed ("1,200" -> "1200")."""
+    """The number after the last `####`, thousands separators removed ("1,200" -> "1200"), read with the reward's
+    number grammar (recipes/gsm8k/answers.py)."""
     if ANSWER_MARKER not in solution:
         raise ValueError(f"no '{ANSWER_MARKER}' answer in the solution")
     raw = solution.rsplit(ANSWER_MARKER, 1)[1].strip()
-    if not _NUMBER.fullmatch(raw):
+    number = reference_number(raw)
+    if number is None:
         raise ValueError(f"the text after '{ANSWER_MARKER}' is not a number: {raw[:40]!r}")
-    return raw.replace(",", "")
+    return number
 
 
 def build_row(record: SourceRecord, split: str, tool_set: ToolSet) -> dict:

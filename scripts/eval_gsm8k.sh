@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GSM8K test-set accuracy of a base model or a trained (exported) checkpoint, scored by the training reward:
-# a validation-only verl run through the same launcher and preflight, then scripts/eval_summary.py on its dump.
+# a validation-only verl run through the same launcher and preflight, then gsm8k-eval-summary on its dump.
 #
 #   MODEL_PATH=Qwen/Qwen2.5-3B-Instruct bash scripts/eval_gsm8k.sh                 # tools on (TOOL_SET)
 #   DATA_DIR=~/data/gsm8k_notools TOOL_SET=none bash scripts/eval_gsm8k.sh        # tools off (data prep --tool_set none)
@@ -95,8 +95,8 @@ EVAL_OVERRIDES+=(
   "actor_rollout_ref.rollout.val_kwargs.n=$VAL_N"
   "actor_rollout_ref.rollout.val_kwargs.temperature=$VAL_TEMPERATURE"
 )
-SUMMARY=("$PYTHON" "$REPO_ROOT/scripts/eval_summary.py" --validation_dir "$OUTPUT_DIR/validation" --k 1)
-PUBLISH_CMD=("$PYTHON" "$REPO_ROOT/scripts/publish_evals.py" --validation_dir "$OUTPUT_DIR/validation"
+SUMMARY=("$PYTHON" -m recipes.results.summary --validation_dir "$OUTPUT_DIR/validation" --k 1)
+PUBLISH_CMD=("$PYTHON" -m recipes.results.publish --validation_dir "$OUTPUT_DIR/validation"
              --experiment "$EXPERIMENT_NAME" --model_name "$EXPERIMENT_NAME" --k 1)  # its step 0 is no training step
 if [ "$PASS_K" -gt 1 ]; then SUMMARY+=(--k "$PASS_K"); PUBLISH_CMD+=(--k "$PASS_K"); fi
 if [ -n "${MODEL_PATH:-}" ]; then PUBLISH_CMD+=(--model_path "$MODEL_PATH"); fi

@@ -16,8 +16,8 @@
 #   SFT_MODEL=/tmp/gsm8k_cpu_learn/model_sft bash scripts/learn_cpu.sh  # GRPO again from an earlier warm start
 #
 # The pipeline is `python -m harness.learning` (scripts/harness/learning/pipeline.py); this script holds its
-# knobs. Scores come from the user's path: scripts/export_checkpoint.py, then `DEVICE=cpu PROFILE=cpu_learn
-# scripts/eval_gsm8k.sh` (a validation-only run of the launcher, scored by scripts/eval_summary.py), tools on and off;
+# knobs. Scores come from the user's path: gsm8k-export-checkpoint, then `DEVICE=cpu PROFILE=cpu_learn
+# scripts/eval_gsm8k.sh` (a validation-only run of the launcher, scored by gsm8k-eval-summary), tools on and off;
 # their logs and summaries are under $WORK_DIR/eval/.
 # Last line: RESULT sft_acc=<a> final_acc=<b> tools_off_acc=<c> tool_call_rate=<d> wall_s=<s> sft_attempts=<n>
 # (held-out strict accuracies at EVAL_TEMPERATURE, the final checkpoint's tools-off accuracy and tool-call rate;

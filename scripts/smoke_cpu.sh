@@ -158,9 +158,9 @@ if [ "$RESUME_CHECK" = 1 ]; then
   launch resume "$@" "trainer.total_training_steps=$((saved + 1))" trainer.val_before_train=false
 fi
 
-"$PYTHON" scripts/rollout_report.py --rollout_dir "$OUTPUT_DIR/rollouts" --validation_dir "$OUTPUT_DIR/validation" \
-  --out "$OUTPUT_DIR/report"
-SUMMARY=$("$PYTHON" scripts/eval_summary.py --validation_dir "$OUTPUT_DIR/validation")
+"$PYTHON" -m recipes.results.rollout_report --rollout_dir "$OUTPUT_DIR/rollouts" \
+  --validation_dir "$OUTPUT_DIR/validation" --out "$OUTPUT_DIR/report"
+SUMMARY=$("$PYTHON" -m recipes.results.summary --validation_dir "$OUTPUT_DIR/validation")
 grep -v '^RESULT ' <<<"$SUMMARY" || true
 steps=$(cat "$OUTPUT_DIR/checkpoints/latest_checkpointed_iteration.txt")
 if [ "$RESUME_CHECK" = 1 ]; then

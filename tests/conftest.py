@@ -11,7 +11,11 @@ from pathlib import Path
 import pytest
 
 from recipes.constants import SHARED_GSM8K_DIR
+from testkit import tiers
 from testkit.hf_cache import write_hub_cache
+
+TIER = pytest.StashKey[str]()
+TIER_ORDER = ("e2e", "bench", "integration", "repo", "unit")  # the order the files start in: longest first
 
 # Never talk to W&B from tests: no error reports, no runs, no traffic off this machine.
 os.environ.setdefault("WANDB_ERROR_REPORTING", "false")
@@ -110,8 +114,64 @@ def ray_cluster(tmp_path_factory):
 
 
 def pytest_collection_modifyitems(config, items):
-    """The end-to-end run first: it is the longest, so under pytest-xdist the other files fill the other workers."""
-    items.sort(key=lambda item: item.get_closest_marker("e2e") is None)
+    """Every file in exactly one tier (tests/testkit/tiers.py), else the collection fails naming the files. Then the
+    longest tiers first: pytest-xdist hands out whole files in this order, so the end-to-end launches start at once
+    and the quick unit files fill the workers at the end."""
+    untiered = {}
+    for item in items:
+        try:
+            item.stash[TIER] = tiers.file_tier(item.module)
+        except ValueError as why:
+            untiered.setdefault(item.nodeid.split("::")[0], str(why))
+        else:
+            extra = [m.name for m in item.iter_markers() if m.name in tiers.TIERS][1:]
+            if extra:
+                untiered.setdefault(item.nodeid.split("::")[0], f"{item.name} adds tier {extra[0]}: one tier "
+                                    "a file (move the test to a file of that tier)")
+    if untiered:
+        raise pytest.UsageError("test files without exactly one tier:\n" + "\n".join(
+            f"  {path}: {why}" for path, why in sorted(untiered.items())))
+    items.sort(key=lambda item: TIER_ORDER.index(item.stash[TIER]))
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadfile (scripts/run_tests.sh), but the files that launch main_ppo (the e2e tier) are one unit of work,
+    run one after another on one worker, first: one launch holds about half of a 24 GB machine
+    (docs/measured.md#smoke_cpu_ram_gb), two at once could fail for memory. The other worker takes whole files
+    meanwhile; each worker takes more files when it runs out."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class Launches(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = super()._split_scope(nodeid)
+            return "e2e launches" if tiers.declared_tier(config.rootpath / path) == "e2e" else path
+
+    return Launches(config, log)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    return (yield from _as_its_tier(item))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    return (yield from _as_its_tier(item))
+
+
+def _as_its_tier(item):
+    """A unit test's setup and call run inside the unit guard: a process, socket or Ray it starts fails it, with
+    what it did, even where the code under test caught the guard's error."""
+    if item.stash.get(TIER, None) != "unit":
+        return (yield)
+    with tiers.unit_guard(item.nodeid) as seen:
+        try:
+            return (yield)
+        finally:
+            if seen:
+                raise tiers.TierViolation(seen[0]) from None
 
 
 @pytest.fixture(scope="session")

@@ -12,6 +12,8 @@ import pytest
 
 from recipes.constants import REPO_ROOT
 
+pytestmark = pytest.mark.bench
+
 RESULT = re.compile(r"^RESULT(?: \w+=[-0-9.,]+)+$")
 # bench -> the names its RESULT line gives, in order
 NAMES = {

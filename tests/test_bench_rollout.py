@@ -2,8 +2,9 @@
 real agent-loop manager and workers in a real Ray cluster, the recipe's config for PROFILE=8xh100, its tools, parser,
 reward, tracing and trace relay, against the GSM8K replay LLM stand-in (scripts/harness/standins/gsm8k_replay_llm.py).
 W&B is this test's own loopback stand-in, given to the bench in WANDB_BASE_URL. Every trajectory comes back, and every
-call the workers traced reaches W&B exactly once.
-The stand-in's own rules (turns from GSM8K's solutions, the kinds of trajectory) are checked without Ray."""
+call the workers traced reaches W&B exactly once. A benchmark's own check: `bash scripts/run_tests.sh -m bench`, not
+in the suite. The stand-in's own rules (turns from GSM8K's solutions, the kinds of trajectory) and the bench's leak
+slope: tests/test_replay_llm.py."""
 
 from __future__ import annotations
 
@@ -15,12 +16,11 @@ import sys
 
 import pytest
 
-from harness.standins.gsm8k_replay_llm import KINDS, load_solutions, replay_turns
+from harness.standins.gsm8k_replay_llm import KINDS
 from harness.standins.weave_http_server import API_KEY, loopback_wandb
 from recipes.constants import REPO_ROOT
-from tools.calculator import NAME as CALCULATOR
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.bench, pytest.mark.timeout(600)]
 
 TRAJECTORIES, TRACED = 2 * 8 * 4, 2 * 2 * 1 * 4  # steps x prompts x n; steps x workers x 1 prompt (the config's) x n
 
@@ -96,51 +96,3 @@ def test_every_kind_of_trajectory_ran(bench):
     assert "'cut_by_length'" in stand_in and "unknown_question" not in stand_in
     outcomes = [s["outcomes"] for s in bench["figures"]["results"]["recipe"]["steps"]]
     assert all(0 < o["correct"] < 1 and o["bad_call"] > 0 and o["at_length_limit"] > 0 for o in outcomes)
-
-
-# ---- the stand-in's rules, without Ray ----------------------------------------------------------------------------
-
-NATALIA = ("Natalia sold 48/2 = <<48/2=24>>24 clips in May.\nNatalia sold 48+24 = <<48+24=72>>72 clips altogether "
-           "in April and May.\n#### 72")
-
-
-def _calls(turn: str) -> list[str]:
-    return re.findall(r"<tool_call>\n(.*?)\n</tool_call>", turn, re.DOTALL)
-
-
-def test_a_solution_becomes_one_calculator_call_per_step_then_the_answer():
-    turns = replay_turns(NATALIA, "solve", "Let's go.", max_calls=4)
-    assert [json.loads(c)["arguments"]["expression"] for t in turns for c in _calls(t)] == ["48/2", "48+24"]
-    assert all(json.loads(c)["name"] == CALCULATOR for t in turns for c in _calls(t))
-    assert turns[0].startswith("Let's go.\nNatalia sold 48/2 =") and turns[-1].endswith("#### 72")
-    assert "<<" not in "".join(turns)
-    assert replay_turns(NATALIA, "wrong", "x", 4)[-1].endswith("#### 73")
-    assert _calls(replay_turns(NATALIA, "direct", "x", 4)[0]) == []
-    assert len(replay_turns(NATALIA, "solve", "x", max_calls=1)) == 2  # the turn limit: the rest written out
-
-
-def test_a_malformed_call_is_not_json_and_is_written_again():
-    turns = replay_turns(NATALIA, "malformed", "x", 4)
-    with pytest.raises(json.JSONDecodeError):
-        json.loads(_calls(turns[0])[0])
-    assert json.loads(_calls(turns[1])[0])["arguments"]["expression"] == "48/2"
-    assert turns[-1].endswith("#### 72")
-
-
-def test_over_gsm8k_train_the_calls_follow_its_steps(shared_gsm8k_dir):
-    solutions = load_solutions(shared_gsm8k_dir / "train.jsonl")
-    assert len(solutions) > 7000
-    for solution in list(solutions.values())[:2000]:
-        steps = len(re.findall(r"<<[^<>]*>>", solution))
-        turns = replay_turns(solution, "solve", "x", 4)
-        assert sum(len(_calls(t)) for t in turns) == min(steps, 4)
-        assert turns[-1].rsplit("####", 1)[1].strip() == solution.rsplit("####", 1)[1].strip()
-
-
-def test_the_rss_slope_tells_a_leak_from_warm_up():
-    from harness.bench_rollout.figures import rss_slope
-    warm_up = [[1000 + min(step, 10) * 8, 1010 + min(step, 12) * 6] for step in range(51)]  # +80 MB, then flat
-    leak = [[1000 + step * 2.0, 1000 + step * 0.5] for step in range(51)]
-    assert rss_slope(warm_up) == 0.0
-    assert rss_slope(leak) == pytest.approx(2.0)
-    assert rss_slope(leak[:30]) != rss_slope(leak[:30])  # nan: too short to tell

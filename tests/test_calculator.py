@@ -8,6 +8,8 @@ import pytest
 
 from tools.arithmetic import CalcError, calculate
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.mark.parametrize(
     "expression, expected",

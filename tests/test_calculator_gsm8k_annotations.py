@@ -10,6 +10,8 @@ import pytest
 
 from tools.arithmetic import CalcError, calculate, format_number
 
+pytestmark = pytest.mark.unit
+
 ANNOTATION = re.compile(r"<<([^=<>]*)=([^<>]*)>>")
 PLAIN_ARITHMETIC = re.compile(r"^[0-9.\s+\-*/()]+$")
 NUMBER = re.compile(r"\d+(?:\.\d+)?|\.\d+")

@@ -4,7 +4,11 @@ falls in a worker range (CI failed once on `worker_ports is trying to use a port
 import re
 import socket
 
+import pytest
+
 import local_ray_cluster as cluster
+
+pytestmark = pytest.mark.integration
 
 
 def _flags(flags: list[str]) -> dict[str, int]:

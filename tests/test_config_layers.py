@@ -9,6 +9,8 @@ from recipes.constants import CONFIG_DIR, CONFIG_NAME, PROFILE_DIR
 from recipes.preflight.compose import compose_config, validate_like_verl
 from testkit.launcher import override_dict
 
+pytestmark = pytest.mark.unit
+
 PROFILES = sorted(p.stem for p in PROFILE_DIR.glob("*.yaml"))
 NOT_SETTINGS = ("hydra", "defaults")
 

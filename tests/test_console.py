@@ -13,6 +13,8 @@ import pytest
 from recipes.launch import ray_job
 from recipes.launch.console import quiet_environment
 
+pytestmark = pytest.mark.integration
+
 # (category, message) of Python warnings in the 1-GPU smoke's log on an H100 (verl 0.9.1, torch 2.11, SGLang 0.5.12)
 GPU_RUN_WARNINGS = [
     ("UserWarning", "torchtitan engine is not available: ModuleNotFoundError(\"No module named 'torchtitan'\")"),

@@ -8,6 +8,8 @@ import pytest
 
 import check_cpu_lock as cpu_lock
 
+pytestmark = pytest.mark.repo
+
 
 @pytest.fixture(scope="module")
 def lock():

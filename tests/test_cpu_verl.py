@@ -15,6 +15,8 @@ from recipes.gsm8k.reward import count_tool_calls
 from recipes.gsm8k.tool_sets import get_tool_set
 from tools.calculator import NAME as CALCULATOR
 
+pytestmark = pytest.mark.unit
+
 QUESTION = "Natalia sold 48 clips in April and half as many in May. How many clips did she sell in total?"
 
 

@@ -13,6 +13,8 @@ import pytest
 
 from recipes.gpu_env import cuda_toolchain
 
+pytestmark = pytest.mark.integration
+
 # A few declarations in cuda.h's own style: a plain entry point, and one its macros map to a versioned symbol.
 CUDA_H = """
 #define cuMemAlloc cuMemAlloc_v2

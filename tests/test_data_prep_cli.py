@@ -1,8 +1,6 @@
 """`python data_prep/gsm8k.py` end to end: real GSM8K, our fixture, the hub path, and every bad input."""
 
 import json
-import subprocess
-import sys
 from decimal import Decimal
 from pathlib import Path
 
@@ -12,9 +10,10 @@ import pytest
 
 from data_prep import gsm8k, parquet_io
 from data_prep.parquet_io import non_portable_fields
-from recipes.gsm8k.tool_sets import get_tool_set
 from tools.calculator import NAME as CALCULATOR
 from tools.gsm8k_reward_tool import NAME as CALC_GSM8K_REWARD
+
+pytestmark = pytest.mark.unit
 
 
 def run_prep(*args: str) -> int:
@@ -94,21 +93,6 @@ def test_rerun_gives_identical_files(mini_gsm8k_dir, tmp_path):
     for split in ("train", "test"):
         one, two = (tmp_path / run / f"{split}.parquet" for run in ("one", "two"))
         assert one.read_bytes() == two.read_bytes()
-
-
-def test_cli_as_users_run_it(mini_gsm8k_dir, tmp_path, repo_root):
-    """As a script from the repo root, with verl's older --local_dir alias and a subset."""
-    proc = subprocess.run(
-        [sys.executable, "data_prep/gsm8k.py", "--input_dir", str(mini_gsm8k_dir), "--local_dir", str(tmp_path),
-         "--train_size", "3", "--tool_set", CALC_GSM8K_REWARD],
-        cwd=repo_root, capture_output=True, text=True, timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert "deprecated" in proc.stdout and "train: 3 rows" in proc.stdout
-    rows = read_rows(tmp_path / "train.parquet")
-    assert len(rows) == 3 and len(read_rows(tmp_path / "test.parquet")) == 4
-    assert rows[0]["prompt"][0]["content"] == get_tool_set(CALC_GSM8K_REWARD).system_prompt
-    assert (tmp_path / "train.parquet").stat().st_mode & 0o044  # readable by others, not mkstemp's 0600
 
 
 def test_subset_sizes(mini_gsm8k_dir, tmp_path):

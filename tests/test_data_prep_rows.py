@@ -1,5 +1,8 @@
 """Unit tests for data_prep.gsm8k_rows and recipes.gsm8k.tool_sets: the answer parse and the row shape."""
 
+import itertools
+import re
+
 import pytest
 
 from data_prep.gsm8k_rows import (
@@ -11,9 +14,12 @@ from data_prep.gsm8k_rows import (
     extract_ground_truth,
 )
 from recipes.constants import AGENT_NAME, AGENT_NAME_NO_TOOLS, INSTRUCTION
+from recipes.gsm8k.answers import answers_match, extract_answer
 from recipes.gsm8k.tool_sets import TOOL_SETS, get_tool_set
 from tools.calculator import NAME as CALCULATOR
 from tools.gsm8k_reward_tool import NAME as CALC_GSM8K_REWARD
+
+pytestmark = pytest.mark.unit
 
 
 @pytest.mark.parametrize(
@@ -36,6 +42,29 @@ def test_ground_truth_is_the_number_after_the_last_marker(solution, expected):
 def test_ground_truth_rejects_what_is_not_a_plain_number(solution):
     with pytest.raises(ValueError):
         extract_ground_truth(solution)
+
+
+# GSM8K's final answers as its solutions write them: a minus, digits with commas between groups of three, decimals
+GSM8K_ANSWER = re.compile(r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")
+
+
+def test_data_prep_reads_every_short_text_as_gsm8k_writes_answers_and_as_the_reward_reads_them():
+    """Every text of up to 5 characters over digits, comma, dot, minus, "$" and space: a ground truth exactly for
+    GSM8K's answers, without its commas, and the reward's strict reader reads the same number from `#### <text>`
+    (one number grammar, recipes/gsm8k/answers.py)."""
+    accepted = 0
+    for size in range(1, 6):
+        for chars in itertools.product("01,.-$ ", repeat=size):
+            text = "".join(chars)
+            try:
+                truth = extract_ground_truth(f"#### {text}")
+            except ValueError:
+                assert not GSM8K_ANSWER.fullmatch(text.strip()), text
+                continue
+            accepted += 1
+            assert GSM8K_ANSWER.fullmatch(text.strip()) and truth == text.strip().replace(",", ""), text
+            assert extract_answer(f"#### {text}") == truth and answers_match(truth, text.strip()), text
+    assert accepted > 100
 
 
 def _record(question="How many?", solution="#### 1,000", index=7):

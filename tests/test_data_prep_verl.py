@@ -1,12 +1,18 @@
-"""Our parquet through verl's own RLHFDataset, collate_fn and DataProto, with a real Qwen2.5 tokenizer.
+"""Our parquet through verl's own RLHFDataset, collate_fn and DataProto, with a real Qwen2.5 tokenizer, and the data
+prep as users type it (`python data_prep/gsm8k.py`, a process of its own; its options and errors in-process:
+tests/test_data_prep_cli.py).
 
 The dataset config is the recipe's (its YAML over verl's ppo_trainer, composed as a launch does), pointed at
-our tool YAML, so the length filter counts the tool schemas in the system prompt exactly as training will.
+our tool YAML, so the length filter counts the tool schemas in the system prompt exactly as training will (verl's
+filter runs in a process pool).
 """
 
 import json
+import subprocess
+import sys
 from collections import Counter
 
+import pyarrow.parquet as pq
 import pytest
 
 from data_prep import gsm8k
@@ -14,6 +20,9 @@ from harness.agent_loop_inprocess import compose_trainer_config
 from harness.qwen_tokenizer import load_qwen25_tokenizer
 from recipes.constants import AGENT_NAME
 from recipes.gsm8k.tool_sets import get_tool_set
+from tools.gsm8k_reward_tool import NAME as CALC_GSM8K_REWARD
+
+pytestmark = pytest.mark.integration
 
 
 def verl_data_config(tool_set_name: str):
@@ -80,3 +89,18 @@ def test_batch_carries_tools_kwargs_and_agent_name(mini_dataset_with_a_long_row)
     for i, (kwargs, reward_model) in enumerate(zip(nt["tools_kwargs"], nt["reward_model"], strict=True)):
         assert kwargs == tool_set.tools_kwargs(reward_model["ground_truth"], i)
     assert nt["raw_prompt"][0][0] == {"role": "system", "content": tool_set.system_prompt}
+
+
+def test_cli_as_users_run_it(mini_gsm8k_dir, tmp_path, repo_root):
+    """As a script from the repo root, with verl's older --local_dir alias and a subset."""
+    proc = subprocess.run(
+        [sys.executable, "data_prep/gsm8k.py", "--input_dir", str(mini_gsm8k_dir), "--local_dir", str(tmp_path),
+         "--train_size", "3", "--tool_set", CALC_GSM8K_REWARD],
+        cwd=repo_root, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "deprecated" in proc.stdout and "train: 3 rows" in proc.stdout
+    rows = pq.read_table(tmp_path / "train.parquet").to_pylist()
+    assert len(rows) == 3 and len(pq.read_table(tmp_path / "test.parquet")) == 4
+    assert rows[0]["prompt"][0]["content"] == get_tool_set(CALC_GSM8K_REWARD).system_prompt
+    assert (tmp_path / "train.parquet").stat().st_mode & 0o044  # readable by others, not mkstemp's 0600

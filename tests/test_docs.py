@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.repo
+
 README_MAX_BYTES = 10_000  # bytes: "under 10 KB", with room for what the docs index gains
 REPO_DIRS = ("scripts", "config", "recipes", "tools", "testkit", "data_prep", "requirements", "tests", "docs")
 FENCE = re.compile(r"^```.*?^```", re.M | re.S)
@@ -285,27 +287,27 @@ def test_each_kind_of_making_of_is_caught(tmp_path, line, what):
 
 
 def test_the_documented_publish_evals_commands_get_past_their_arguments(pages, repo_root, tmp_path):
-    """Each `python scripts/publish_evals.py ...` the README, the docs and its own docstring show, placeholders
-    filled, must be refused only for what is missing here (no dump, no W&B key), never for its arguments."""
+    """Each `gsm8k-publish-evals ...` the README, the docs and its own docstring show, placeholders filled, must be
+    refused only for what is missing here (no dump, no W&B key), never for its arguments."""
     import os
     import shlex
     import subprocess
-    import sys
 
     from recipes.results import publish
+    from testkit.commands import command as installed
 
     docstring = publish.__doc__
     texts = [*pages.values(), docstring]
-    commands = {m.group(0).replace("\\\n", " ") for text in texts
-                for m in re.finditer(r"python scripts/publish_evals\.py(?:[^\n#]|\\\n)*", text)}
+    commands = {m.group(1).replace("\\\n", " ") for text in texts  # each line that runs it
+                for m in re.finditer(r"^[ \t]*(gsm8k-publish-evals (?:[^\n#]|\\\n)*)", text, re.M)}
     assert len(commands) >= 3, commands  # the README's, docs/evaluation.md's, the docstring's two
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_API_KEY")}
-    env.update(HOME=str(tmp_path), PYTHONPATH=str(repo_root))
+    env.update(HOME=str(tmp_path))
     for command in sorted(commands):
         args = re.sub(r"\[[^\]]*\]", "", command).replace("<exp>", "exp").replace("PID", "1")
-        script, *rest = shlex.split(args)[1:]
-        proc = subprocess.run([sys.executable, str(repo_root / script), *rest], cwd=tmp_path, env=env,
-                              capture_output=True, text=True, timeout=120)
+        name, *rest = shlex.split(args)
+        proc = subprocess.run([*installed(name), *rest], cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=120)
         assert proc.returncode == 1 and "usage:" not in proc.stderr, f"{command}\n{proc.stderr}"
         refused = re.search(r"validation dir .* does not exist|no W&B credentials", proc.stderr)
         assert refused, f"{command}\n{proc.stderr}"

@@ -11,6 +11,8 @@ import pytest
 from recipes.constants import REPO_ROOT
 from testkit.launcher import run_script
 
+pytestmark = pytest.mark.integration
+
 NO_NETWORK = REPO_ROOT / "tests" / "testkit" / "no_network"
 
 

@@ -38,6 +38,7 @@ from harness import cpu_run
 from harness.cpu_run import NO_LENGTH_FILTER
 from recipes.constants import REPO_ROOT, SHARED_GSM8K_DIR
 from recipes.tracing.volume import groups_on_worker
+from testkit.commands import command
 from testkit.trace_fault import FAULT_MODULE, UNTRACED_WORKER_ENV
 
 SMOKE_TIMEOUT = int(os.environ.get("CPU_SMOKE_TIMEOUT", "900"))
@@ -353,14 +354,14 @@ def test_the_console_says_once_where_the_traces_are_and_prints_no_link_per_call(
 
 
 def test_the_exported_final_checkpoint_scores_through_the_cpu_eval_path(smoke, tmp_path):
-    """The user's path after training, on CPU: scripts/export_checkpoint.py, then `DEVICE=cpu
+    """The user's path after training, on CPU: gsm8k-export-checkpoint, then `DEVICE=cpu
     scripts/eval_gsm8k.sh` (a validation-only launch) and its summary. The eval never steers: the random model
     writes no tool call itself, so a steered eval would show calls on about half its answers."""
     model = tmp_path / "hf"
     env = {k: v for k, v in os.environ.items() if not k.startswith(_NOT_PASSED_ON)}
     env.update(PYTHON=sys.executable, WANDB_ERROR_REPORTING="false", HF_HUB_OFFLINE="1")
-    export = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "export_checkpoint.py"),
-                             str(smoke.output / "checkpoints"), "--target_dir", str(model)],
+    export = subprocess.run([*command("gsm8k-export-checkpoint"), str(smoke.output / "checkpoints"), "--target_dir",
+                             str(model)],
                             env={**env, "PYTHONPATH": str(REPO_ROOT)}, capture_output=True, text=True, timeout=300)
     assert export.returncode == 0, export.stdout + export.stderr
     # named by the launch's own hydra config (the folder is only "outputs"), for the evaluation's name

@@ -1,4 +1,4 @@
-"""scripts/eval_gsm8k.sh (dry run through the launcher's preflight) and scripts/eval_summary.py's numbers."""
+"""scripts/eval_gsm8k.sh (dry run through the launcher's preflight) and gsm8k-eval-summary's numbers."""
 
 import json
 import os
@@ -13,7 +13,10 @@ import pytest
 from data_prep import gsm8k
 from recipes import folder_guard
 from recipes.results.scoring import pass_at_k
+from testkit.commands import command
 from testkit.hf_cache import write_cached_model
+
+pytestmark = pytest.mark.integration
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -58,7 +61,7 @@ def check_eval_command(proc, tool_set: str) -> None:
         assert override in command
     tool_config = next(c for c in command if c.startswith("actor_rollout_ref.rollout.multi_turn.tool_config_path="))
     assert tool_config.endswith("calculator.yaml" if tool_set == "calculator" else "=null")
-    assert "eval_summary.py --validation_dir" in proc.stdout and "--k 4" in proc.stdout
+    assert "recipes.results.summary --validation_dir" in proc.stdout and "--k 4" in proc.stdout
 
 
 def test_eval_dry_run_composes_and_validates_with_tools(pass_at_4_dry_run):
@@ -73,7 +76,7 @@ def test_eval_dry_run_composes_and_validates_without_tools_and_publishes(mini_gs
     proc = eval_dry_run(tmp_path, TOOL_SET="none", VAL_N="4", VAL_TEMPERATURE="1.0", PUBLISH="1")
     assert proc.returncode == 0, proc.stderr
     check_eval_command(proc, "none")
-    publish_line = shlex.split([line for line in proc.stdout.splitlines() if "publish_evals.py" in line][-1])
+    publish_line = shlex.split([line for line in proc.stdout.splitlines() if "recipes.results.publish" in line][-1])
     assert publish_line[publish_line.index("--tool_set") + 1] == "none" and "--k 1 --k 4" in " ".join(publish_line)
 
 
@@ -87,7 +90,7 @@ def test_several_greedy_samples_are_refused(prepared_data_dir):
 def test_eval_outputs_go_where_the_launcher_puts_them(pass_at_4_dry_run):
     proc, out = pass_at_4_dry_run
     assert f"trainer.validation_data_dir={out}/validation" in proc.stdout
-    assert f"eval_summary.py --validation_dir {out}/validation" in proc.stdout
+    assert f"recipes.results.summary --validation_dir {out}/validation" in proc.stdout
     assert "trainer.experiment_name=eval_My-Model_default_tools_n4_t1.0" in proc.stdout
 
 
@@ -126,7 +129,7 @@ def test_summary_of_a_handmade_dump(tmp_path):
         {"input": "Q2", "output": "#### 8", "gts": "7", **scored(0.0, 0.0, 0, "8")},
     ]
     (tmp_path / "0.jsonl").write_text("".join(json.dumps({**line, "score": 0, "step": 0}) + "\n" for line in lines))
-    proc = subprocess.run([sys.executable, "scripts/eval_summary.py", "--validation_dir", str(tmp_path), "--k", "1",
+    proc = subprocess.run([*command("gsm8k-eval-summary"), "--validation_dir", str(tmp_path), "--k", "1",
                            "--k", "2"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     summary = json.loads((tmp_path / "summary.json").read_text())
@@ -149,7 +152,7 @@ def test_summary_by_operations_needed_and_calls_per_operation(tmp_path):
     (tmp_path / "0.jsonl").write_text("".join(json.dumps(
         {"input": f"Q{i}", "output": "", "gts": "1", "score": acc, "step": 0, "ref_ops": ops,
          **scored(acc, acc, calls, "1" if acc else "")}) + "\n" for i, (ops, acc, calls) in enumerate(lines)))
-    proc = subprocess.run([sys.executable, "scripts/eval_summary.py", "--validation_dir", str(tmp_path)],
+    proc = subprocess.run([*command("gsm8k-eval-summary"), "--validation_dir", str(tmp_path)],
                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     summary = json.loads((tmp_path / "summary.json").read_text())
@@ -162,14 +165,14 @@ def test_summary_by_operations_needed_and_calls_per_operation(tmp_path):
 
 def test_a_dump_without_the_rewards_keys_is_refused_not_rescored(tmp_path):
     (tmp_path / "0.jsonl").write_text(json.dumps({"input": "Q", "output": "#### 1", "gts": "1", "score": 1}) + "\n")
-    proc = subprocess.run([sys.executable, "scripts/eval_summary.py", "--validation_dir", str(tmp_path)],
+    proc = subprocess.run([*command("gsm8k-eval-summary"), "--validation_dir", str(tmp_path)],
                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1 and "a dump line has no acc_strict" in proc.stderr, proc.stderr
     assert not (tmp_path / "summary.json").exists()
 
 
 def model_folder(path: Path, exported_from: tuple[str, int] | None = None) -> Path:
-    """A model folder as the preflight checks it (config.json), and what scripts/export_checkpoint.py records."""
+    """A model folder as the preflight checks it (config.json), and what gsm8k-export-checkpoint records."""
     from recipes.export.provenance import write_record
 
     path.mkdir(parents=True)
@@ -190,7 +193,7 @@ def test_cpu_eval_runs_on_the_cpu_stand_ins_without_steering(prepared_data_dir, 
         assert override in command
     steer = [c for c in command if "steer_every" in c]
     assert steer[-1].endswith("=0"), "no later override turns steering back on"
-    assert "eval_summary.py --validation_dir" in proc.stdout
+    assert "recipes.results.summary --validation_dir" in proc.stdout
     hardware = next(line for line in proc.stdout.splitlines() if line.startswith("#   hardware"))
     assert "CPU rank(s)" in hardware and "GPU(s)" not in hardware, hardware
 
@@ -218,7 +221,7 @@ def test_an_earlier_steps_summary_never_replaces_the_latest(tmp_path):
                                                             **scored(right, right, 0, pred)}) + "\n")
 
     def summary(*args):
-        proc = subprocess.run([sys.executable, "scripts/eval_summary.py", "--validation_dir", str(tmp_path), *args],
+        proc = subprocess.run([*command("gsm8k-eval-summary"), "--validation_dir", str(tmp_path), *args],
                               cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
         assert proc.returncode == 0, proc.stderr
         return proc.stdout

@@ -1,23 +1,25 @@
-"""scripts/export_checkpoint.py checks everything before it runs the model merger, and the exported model holds
+"""gsm8k-export-checkpoint checks everything before it runs the model merger, and the exported model holds
 the weights that were trained: same dtype, same bits, readable as the umask allows."""
 
 import json
 import os
 import stat
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from testkit.commands import command
 from testkit.model_folder import assert_carries_transformers_version
+
+pytestmark = pytest.mark.integration
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def export(*args):
-    return subprocess.run([sys.executable, "scripts/export_checkpoint.py", *map(str, args)], cwd=REPO_ROOT,
+    return subprocess.run([*command("gsm8k-export-checkpoint"), *map(str, args)], cwd=REPO_ROOT,
                           capture_output=True, text=True, timeout=60)
 
 

@@ -20,6 +20,8 @@ from harness.standins.scripted_llm import tool_call
 from recipes.constants import REPO_ROOT
 from testkit.launcher import STAND_IN_WANDB_KEY, clean_environ
 
+pytestmark = pytest.mark.integration
+
 HOWTO = REPO_ROOT / "docs" / "how-to.md"
 COPIED = ("recipes", "tools", "data_prep", "config", "scripts", "pyproject.toml")
 # a fenced block of the how-to whose first line names the repo file it is: "# tools/x.py" or "# config/x/y.yaml"

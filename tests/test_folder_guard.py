@@ -16,6 +16,8 @@ from recipes import folder_guard
 from recipes.constants import REPO_ROOT
 from recipes.folder_guard import MARKER, FolderRefused
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture
 def home(tmp_path, monkeypatch) -> Path:

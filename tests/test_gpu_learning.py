@@ -27,6 +27,8 @@ from recipes.preflight.prompt_lengths import check_prompt_lengths, prompt_length
 from recipes.preflight.sglang_model import check_sglang_model, model_problems
 from test_cpu_learning import rows_of
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):

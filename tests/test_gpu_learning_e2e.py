@@ -1,12 +1,9 @@
-"""scripts/learn_gpu.sh end to end here, at a tiny size, split at its seam as a user runs it before and on a GPU node:
+"""scripts/learn_gpu.sh end to end here, at a tiny size, up to its seam as a user runs it before a GPU node:
 PREPARE_ONLY=1 (the task, the data, the tokenizer, the warm start trained on the CPU, its SGLang check and CPU score,
 the composed gpu_learn config and the plan through the launcher's DRY_RUN, all in WORK_DIR/prepared with its manifest;
-nothing trains with GRPO), made once for the module; then PREPARED=<that folder> DEVICE=cpu, the GPU part on the CPU
-stand-ins (hf_cpu serves the SGLang-shaped model): ONE launch of the recipe's launcher validating before and after on
-both files, the scores read from the two validations and held equal to verl's own metrics per data_source, the
-verdict line, the RESULT line last; and a folder that does not match refused in one line. Steering (hf_cpu's
-steer_every) makes calls happen at this size (in tools-on rows: the stand-in steers prompts that offer a tool). Its
-pieces: tests/test_gpu_learning.py."""
+nothing trains with GRPO), made once for the module; then a folder that does not match the knobs refused in one line.
+The GPU part from that folder, rehearsed on the CPU stand-ins (one launch): tests/test_gpu_checks_on_cpu.py, a
+benchmark's own check (`-m bench`). Its pieces: tests/test_gpu_learning.py."""
 
 import json
 import os
@@ -18,7 +15,7 @@ import pytest
 
 from recipes.constants import REPO_ROOT
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 TEST_ROWS, GRPO_STEPS = 4, 1
 _NOT_PASSED_ON = ("RAY_", "VERL_", "WORK_DIR", "OUTPUT_DIR", "PROFILE", "DATA_DIR", "MODEL_PATH", "EXPERIMENT_NAME",
                   "DRY_RUN", "DEVICE", "LOGGER", "TRACE", "SFT_", "TASK", "SEED", "GRPO_STEPS", "TRAIN_ROWS",
@@ -42,12 +39,14 @@ def stages(text: str) -> list[str]:
     return [m.group(1) for m in re.finditer(r"^\[learn_gpu\] stage: (.*?) \(\d+ s\)$", text, re.M)]
 
 
+def prepare(work):
+    """PREPARE_ONLY=1 as on a CPU machine before the GPU (DEVICE left at gpu: the gpu_learn config is composed)."""
+    return work, learn_gpu(work, PREPARE_ONLY="1")
+
+
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory):
-    """PREPARE_ONLY=1 as on a CPU machine before the GPU (DEVICE left at gpu: the gpu_learn config is composed)."""
-    work = tmp_path_factory.mktemp("prepare") / "work"
-    proc = learn_gpu(work, PREPARE_ONLY="1")
-    return work, proc
+    return prepare(tmp_path_factory.mktemp("prepare") / "work")
 
 
 def test_prepare_only_leaves_a_small_self_describing_folder_and_trains_no_grpo(prepared):
@@ -86,46 +85,6 @@ def test_prepare_only_leaves_a_small_self_describing_folder_and_trains_no_grpo(p
         "cpu", {"device": "gpu", "profile": "gpu_learn"}, 1)
     assert float(match.group(4)) == round(manifest["sft_acc_cpu"], 4)
     assert not (work / "outputs" / "validation").exists()  # no GRPO, no validation
-
-
-def test_from_the_prepared_folder_on_cpu_one_launch_runs_and_the_result_line_comes_last(prepared, tmp_path):
-    folder = prepared[0] / "prepared"
-    work = tmp_path / "work"
-    proc = learn_gpu(work, "actor_rollout_ref.rollout.engine_kwargs.hf_cpu.steer_every=2", DEVICE="cpu",
-                     PREPARED=str(folder))
-    out = proc.stdout
-    assert proc.returncode == 0, out[-4000:]
-    assert stages(out) == [f"prepared folder {folder}: manifest, recipe version, knobs, checksums",
-                           f"GRPO launch: {GRPO_STEPS} steps, validation before and after, tools on and off",
-                           "scores from the two validations"]
-    assert "[sft]" not in out and "SGLang and FlashInfer serve it" in out  # no SFT; the folder's model checked
-    assert "composed for DEVICE=gpu; this run composes its own for DEVICE=cpu" in out
-    assert out.count("Total training steps: ") == 1  # ONE launch of the trainer
-    *_, verdict, result = out.strip().splitlines()  # the last line is RESULT, the verdict's just before it
-    assert re.fullmatch(r"VERDICT (PASS|FAIL) \(one_step task\)", verdict), verdict
-    match = RESULT.match(result)
-    assert match, result
-    assert int(match.group(7)) == GRPO_STEPS
-    # the RESULT's numbers are the two validations' (validation_scores), which agree with verl's metrics
-    assert f"step {GRPO_STEPS}: the validation dump's scores are verl's metrics per data_source" in out
-    metrics = {json.loads(line)["step"]: json.loads(line)["data"]
-               for line in (work / "outputs" / "metrics.jsonl").read_text().splitlines()}
-    for step in (0, GRPO_STEPS):
-        for source in ("openai/gsm8k", "openai/gsm8k_no_tools"):
-            assert f"val-core/{source}/acc/mean@1" in metrics[step], (step, sorted(metrics[step]))
-    scores = {name: json.loads((work / "scores" / f"{name}.json").read_text())
-              for name in ("sft", "final", "final_tools_off")}
-    assert float(match.group(1)) == round(scores["sft"]["strict_acc"], 4)
-    assert float(match.group(3)) == round(metrics[GRPO_STEPS]["val-core/openai/gsm8k_no_tools/acc/mean@1"], 4)
-    assert float(match.group(4)) == round(metrics[GRPO_STEPS]["val-aux/openai/gsm8k/called_tool/mean@1"], 4)
-    assert scores["final"]["answers"] == scores["final_tools_off"]["answers"] == TEST_ROWS
-    # the launch's workers ran the tools-off rows in the loop that offers no tools: no tool block in their prompts
-    dump = [json.loads(line) for line in (work / "outputs" / "validation" / f"{GRPO_STEPS}.jsonl").read_text()
-            .splitlines()]
-    assert {("<tools>" in line["input"], line["tool_set"]) for line in dump} == {(True, "calculator"), (False, "none")}
-    # it read the folder and wrote only under its own WORK_DIR
-    assert sorted(p.name for p in work.iterdir()) == ["outputs", "scores"]
-    assert json.loads((folder / "manifest.json").read_text())["made_with"]["SEED"] == "0"
 
 
 @pytest.mark.parametrize("knobs, said", [

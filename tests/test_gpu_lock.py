@@ -15,6 +15,8 @@ from packaging.requirements import Requirement
 
 from recipes.preflight.versions import GPU_LOCK, REPO_ROOT, read_lock
 
+pytestmark = pytest.mark.repo
+
 TEST_LOCK = REPO_ROOT / "requirements" / "test.txt"
 INSTALLER = REPO_ROOT / "scripts" / "install_gpu_env.sh"
 

@@ -14,6 +14,8 @@ import pytest
 from harness.probe.shapes import OF_MODEL, SHAPES, parameters
 from testkit.knob_refusal import EARLIER_RUN, run_refused
 
+pytestmark = pytest.mark.integration
+
 
 def test_the_shapes_have_the_published_parameter_counts_and_the_census_attention():
     from recipes.gpu_env.kernel_census import QWEN25

@@ -1,9 +1,7 @@
 """scripts/probe_gpu_step.sh end to end here: DRY_RUN=1 as a user runs it before a GPU (the 8xh100 share, GSM8K rows,
 the Qwen2.5 tokenizer, Qwen2.5-3B's config without weights, the memory plan, the command, the launcher's preflight
-and composed config; nothing starts), and DEVICE=cpu, every stage on the CPU stand-ins at a tiny size: random
-weights written, ONE launch of the recipe's launcher for one step with every response run to its limit, the GPU's
-memory sampler started (no nvidia-smi here), the report from verl's own metrics and the PROBE line last. Its pieces:
-tests/test_gpu_probe.py."""
+and composed config; nothing starts). DEVICE=cpu, every stage on the CPU stand-ins (one launch): tests/
+test_gpu_checks_on_cpu.py, a benchmark's own check (`-m bench`). Its pieces: tests/test_gpu_probe.py."""
 
 import json
 import os
@@ -15,7 +13,7 @@ import pytest
 
 from recipes.constants import REPO_ROOT
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 _NOT_PASSED_ON = ("RAY_", "VERL_", "WORK_DIR", "OUTPUT_DIR", "PROFILE", "DATA_DIR", "MODEL_", "EXPERIMENT_NAME",
                   "DRY_RUN", "DEVICE", "LOGGER", "TRACE", "TOKENIZER_PATH", "GSM8K_DIR", "SHARE_PROMPTS", "ROLLOUT_N",
                   "RESPONSE_LENGTH", "MICRO_BATCH", "LOG_PROB_MICRO_BATCH", "N_GPUS_PER_NODE", "NNODES")
@@ -67,31 +65,3 @@ def test_the_dry_run_composes_the_8xh100_share_on_one_gpu_and_starts_nothing(tmp
     assert not (work / "model" / "model.safetensors").exists()  # no weights written
     assert json.loads((work / "model" / "config.json").read_text())["num_hidden_layers"] == 36
     assert "PROBE " not in out and not (work / "outputs" / "metrics.jsonl").exists()
-
-
-def test_on_cpu_one_step_runs_to_the_length_limit_and_the_probe_line_comes_last(tmp_path):
-    work = tmp_path / "work"
-    proc = probe(work, DEVICE="cpu")
-    out = proc.stdout
-    assert proc.returncode == 0, out[-4000:]
-    assert stages(out) == ["the share of 8xh100 one GPU runs", "GSM8K rows for one step", "tokenizer and model",
-                           "the launch: SGLang's start and one GRPO step", "the report"]
-    assert "one GPU runs 2 prompts, 4 trajectories" in out and "model: random weights of tiny" in out
-    assert out.count("Total training steps: ") == 1  # ONE launch of the trainer, one step
-    match = PROBE.match(out.strip().splitlines()[-1])
-    assert match, out[-3000:]
-    step, gen, old, ref, update = (float(match[name]) for name in ("step", "gen", "old", "ref", "update"))
-    assert step > 0 and all(0 < part < step for part in (gen, old, ref, update))
-    metrics = {json.loads(line)["step"]: json.loads(line)["data"]
-               for line in (work / "outputs" / "metrics.jsonl").read_text().splitlines()}
-    assert float(match["step"]) == round(metrics[1]["timing_s/step"], 1)
-    # every response ran to its limit: ignore_eos reached the stand-in as SGLang's server default
-    assert metrics[1]["response_length/mean"] == 16 and metrics[1]["response_length/clip_ratio"] == 1
-    assert "by nvidia-smi: no nvidia-smi on PATH (no GPU)" in out and match["sglang"] == "nan"
-    assert float(match["run_h"]) == round(435 * metrics[1]["timing_s/step"] / 3600, 2)
-    # the projection: each phase with what it scales; the node's actor peak from the memory plan, not from this run
-    assert (match["mb"], match["lp"]) == ("2", "2") and float(match["node"]) > 0 and float(match["planned"]) > 0
-    for phase in ("generation", "old log-probs", "reference", "update", "weight sync", "the rest"):
-        assert re.search(rf"^\[probe\]   {phase} +\d+\.\d s  (1:1|an upper bound)", out, re.M), phase
-    assert re.search(r"^\[probe\]   the actor's peak ~\d+\.\d GiB a GPU \(training, micro-batch 16, 1/8 of the "
-                     r"state, nothing offloaded\): the memory plan's for the node", out, re.M)

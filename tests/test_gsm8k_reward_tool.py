@@ -7,6 +7,8 @@ import pytest
 from recipes.gsm8k.tool_sets import get_tool_set
 from tools.gsm8k_reward_tool import NAME as CALC_GSM8K_REWARD
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.fixture(scope="module")
 def checker():

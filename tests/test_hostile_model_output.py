@@ -24,6 +24,8 @@ from recipes.gsm8k.tool_parser import HermesWithFeedbackToolParser
 from recipes.gsm8k.trajectory import chat_messages, count_tool_errors, mask_runs
 from tools.calculator import NAME as CALCULATOR
 
+pytestmark = pytest.mark.unit
+
 
 def call(arguments: str, name: str = '"calculator"') -> str:
     return f'<tool_call>\n{{"name": {name}, "arguments": {arguments}}}\n</tool_call>'

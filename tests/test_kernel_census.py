@@ -17,6 +17,8 @@ from recipes.constants import REPO_ROOT
 from recipes.gpu_env import jit_kernels
 from recipes.gpu_env.kernel_census import QWEN25, SOURCES, census, modules_for, shape_of, shapes_with_head_dims
 
+pytestmark = pytest.mark.integration
+
 FA = ("batch_prefill_with_kv_cache_dtype_q_bf16_dtype_kv_bf16_dtype_o_bf16_dtype_idx_i32_head_dim_qk_{0}_"
       "head_dim_vo_{0}_posenc_0_use_swa_False_use_logits_cap_False_f16qk_False")
 # What SGLang 0.5.12 and FlashInfer 0.6.11.post1 build for Qwen2.5 0.5B-7B on an H100 (docs/first-use-kernels.md)

@@ -20,6 +20,8 @@ from recipes.launch.decision import MAIN_PPO, SUBMIT, TRAIN, dry_run_lines, plan
 from recipes.launch.knobs import KnobError, Knobs
 from testkit.launcher import STAND_IN_WANDB_KEY, clean_environ, override_dict, plan, run_script
 
+pytestmark = pytest.mark.integration
+
 PROFILES = sorted(p.stem for p in PROFILE_DIR.glob("*.yaml"))
 DEFAULT_PROFILE = "8xh100"  # scripts/run_gsm8k_grpo.sh's PROFILE default: the conftest's default_dry_run
 DEFAULT_EXPERIMENT = "gsm8k_calculator_Qwen2.5-3B-Instruct_8xh100"  # gsm8k_<tool set>_<model>_<profile>
@@ -314,7 +316,7 @@ def preflight_script():
     ],
 )
 def test_the_preflight_refuses_what_would_fail(preflight_script, launcher_overrides, capsys, override, message):
-    """The launcher's preflight checks, through scripts/preflight.py: a default launch's overrides with a user's
+    """The launcher's preflight checks, through gsm8k-preflight: a default launch's overrides with a user's
     override after them, as the launcher passes them."""
     assert preflight_script.main(["--", *launcher_overrides, override]) == 1
     err = capsys.readouterr().err

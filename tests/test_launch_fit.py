@@ -31,6 +31,8 @@ from recipes.preflight.memory import (
 from testkit.hf_cache import HubAPI, write_cached_model, write_hub_cache
 from testkit.launcher import Planned, clean_environ, plan, run_script
 
+pytestmark = pytest.mark.integration
+
 QWEN_3B, TYPO = "Qwen/Qwen2.5-3B-Instruct", "Qwen/Qwen2.5-3b-instruct"
 
 

@@ -6,6 +6,8 @@ from recipes.launch.knobs import compose_launch_config
 from recipes.preflight.compose import compose_config, validate_like_verl
 from recipes.preflight.stale_keys import stale_warnings
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.mark.parametrize(
     "override",

@@ -22,10 +22,11 @@ import pytest
 from harness.standins.weave_http_server import API_KEY, loopback_wandb
 from recipes.constants import REPO_ROOT
 from recipes.trainer.stop_request import EXIT_RESUMABLE
+from testkit.commands import command as installed
 from testkit.launcher import clean_environ, plan
 from testkit.threads import other_threads
 
-pytestmark = pytest.mark.timeout(400)
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 CALLS = 20
 LAST_STEP_CALLS = 5  # traced by main_ppo's processes while they shut down
 
@@ -112,7 +113,7 @@ def test_the_plan_names_the_relays_it_would_start(prepared_data_dir, default_dry
 
 
 def test_an_air_gapped_cluster_keeps_traces_on_every_node(prepared_data_dir):
-    """TRACE_RELAY=offline on many nodes: a relay per node, each keeping its node's traces for upload_traces.py."""
+    """TRACE_RELAY=offline on many nodes: a relay per node, each keeping its node's traces for gsm8k-upload-traces."""
     planned = plan(prepared_data_dir, DRY_RUN="1", PROFILE="multinode", SUBMIT="ray", RAY_ADDRESS="http://h:8265",
                    OUTPUT_DIR="/shared/runs/b", TRACE_RELAY="offline", WANDB_ENTITY="me")
     assert planned.preflight.ok, planned.err
@@ -171,7 +172,7 @@ def test_stopping_training_stops_main_ppo_then_the_relay_sends_everything(prepar
     assert "[launch] Weave traces go through the trace relay http://127.0.0.1:" in stderr
     stopped = next(line for line in stderr.splitlines() if line.startswith("[traces] trace relay on "))
     assert stopped.endswith(", 0 pending"), stopped
-    assert "upload_traces.py" not in stderr
+    assert "gsm8k-upload-traces" not in stderr
     assert "step:1 - stand_in/calls:" in stdout  # main_ppo's output reached the console through the watchdog
     if stop_by != "stall":  # asked to stop at its step's end: "stopped, resumable" and the line that says so
         assert launcher.returncode == EXIT_RESUMABLE and "[stall] watchdog: no stall;" in stderr, stderr
@@ -205,9 +206,9 @@ def test_air_gapped_launch_keeps_traces_and_prints_the_upload_command(prepared_d
     stopped = next(line for line in proc.stderr.splitlines() if line.startswith("[traces] trace relay on "))
     assert ": 0 trace records sent to W&B, " in stopped, stopped
     command = shlex.split(stopped.split("`")[1])  # the command the summary tells the user to run
-    assert command[1:] == ["scripts/upload_traces.py", "--spool", str(spool)]
+    assert command == ["gsm8k-upload-traces", "--spool", str(spool)]
     with loopback_wandb() as wandb:  # later, on a machine that reaches W&B, the printed command
-        sent = subprocess.run([sys.executable, *command[1:], "--upstream", wandb.url], cwd=REPO_ROOT,
+        sent = subprocess.run([*installed(command[0]), *command[1:], "--upstream", wandb.url], cwd=REPO_ROOT,
                               env={**launch_env(tmp_path), "WANDB_API_KEY": API_KEY}, capture_output=True,
                               text=True, timeout=180)
         received = wandb.storage.complete_call_ids()

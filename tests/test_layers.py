@@ -12,9 +12,12 @@ import json
 import re
 from collections import defaultdict
 
+import pytest
 import yaml
 
 from recipes.constants import REPO_ROOT
+
+pytestmark = pytest.mark.repo
 
 PRODUCT_DIRS = ("recipes", "tools", "data_prep", "scripts", "config")
 PACKAGES = ("recipes", "tools", "data_prep")

@@ -2,7 +2,11 @@
 scripts/ and every config file is named on the page (a file added without a line there fails here); every path the
 page names exists (tests/test_docs.py holds that for every page)."""
 
+import pytest
+
 from recipes.constants import REPO_ROOT
+
+pytestmark = pytest.mark.repo
 
 PAGE = REPO_ROOT / "docs" / "layout.md"
 NAMED_AS_A_FOLDER = ("scripts/harness/bench_rollout/",)  # one benchmark's package: the page names the folder

@@ -3,6 +3,10 @@
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.repo
+
 
 def test_ruff_finds_nothing(repo_root):
     proc = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "."], cwd=repo_root,

@@ -6,6 +6,8 @@ import pytest
 from harness.learning.turn_accuracy import turn_spans
 from recipes.gsm8k.trajectory import mask_runs, split_turns
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.mark.parametrize("mask, runs", [
     ([], []),

@@ -19,6 +19,8 @@ import pytest
 from recipes.constants import REPO_ROOT
 from recipes.launch import ray_job
 
+pytestmark = pytest.mark.integration
+
 RAY = str(Path(sys.executable).with_name("ray"))
 SECRET = "wandb-secret-" + "k" * 28
 PROBE = """

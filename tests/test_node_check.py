@@ -1,6 +1,6 @@
 """`CHECK_ONLY=1 bash scripts/run_gsm8k_grpo.sh`: the whole launch preflight with a line per GPU-node check, then
 exit, starting nothing. Driven through the launcher's entry point (`python -m recipes.launch`, which the script
-hands its knobs); `scripts/preflight.py --node-check` is the same check as a command.
+hands its knobs); `gsm8k-preflight --node-check` is the same check as a command.
 
 This CPU machine has no GPU, driver or CUDA compiler: nvidia-smi, nvcc and g++ are stand-in scripts on PATH that
 print what the real tools print on an H100 node (each labelled where it is written). Everything else is real: the
@@ -18,6 +18,8 @@ from recipes.launch.__main__ import main as launcher
 from recipes.preflight.findings import Report
 from recipes.preflight.run import Preflight, node_verdict
 from testkit.launcher import clean_environ
+
+pytestmark = pytest.mark.integration
 
 H100_NODE = {  # stand-in nvidia-smi: what the real one printed on an 8xH100 node, per query
     "-L": "".join(f"GPU {i}: NVIDIA H100 80GB HBM3 (UUID: GPU-{i:08d})\n" for i in range(8)),

@@ -8,6 +8,8 @@ import pytest
 
 from recipes.constants import REPO_ROOT
 
+pytestmark = pytest.mark.repo
+
 CODE_DIRS = ("recipes", "tools", "data_prep", "scripts", "tests/testkit")
 
 

@@ -16,6 +16,8 @@ from recipes.launch.knobs import KnobError, Knobs
 from recipes.launch.training import StopRequest
 from recipes.trainer import stop_request
 
+pytestmark = pytest.mark.integration
+
 CHILD = "import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: sys.exit(143)); time.sleep(60)"
 
 

@@ -20,6 +20,8 @@ from recipes.preflight.storage import (
     model_parameter_count,
 )
 
+pytestmark = pytest.mark.unit
+
 
 def run(check, *overrides, **kw) -> Report:
     report = Report()

@@ -22,6 +22,8 @@ from recipes.preflight.jit_toolchain import (
     sglang_header_line,
 )
 
+pytestmark = pytest.mark.integration
+
 NVCC_13 = "nvcc: NVIDIA (R) Cuda compiler driver\nCuda compilation tools, release 13.0, V13.0.88\n"
 NVCC_12 = "nvcc: NVIDIA (R) Cuda compiler driver\nCuda compilation tools, release 12.8, V12.8.93\n"
 PATCHED = "  using kernel_fn_t = decltype(&act_and_mul_kernel<T, ActivationKind::kSiLU, kUsePDL, false>);\n"

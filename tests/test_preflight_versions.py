@@ -25,6 +25,8 @@ from recipes.preflight.versions import (
     version_problems,
 )
 
+pytestmark = pytest.mark.integration
+
 H100_DRIVER = "580.159.04\n"  # what nvidia-smi printed on an H100 node
 PINS = read_lock(GPU_LOCK)
 LOCK = str(GPU_LOCK.relative_to(REPO_ROOT))  # as the messages show it

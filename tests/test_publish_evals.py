@@ -1,4 +1,4 @@
-"""scripts/publish_evals.py: validation dumps written by verl's own writer from real agent-loop rollouts,
+"""gsm8k-publish-evals: validation dumps written by verl's own writer from real agent-loop rollouts,
 published as Weave Evaluations through the real weave client (on the in-memory trace server)."""
 
 import asyncio
@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -28,8 +27,11 @@ from recipes.results import weave_publish
 from recipes.results.dumps import load_dump_dir
 from recipes.results.scoring import summarize
 from recipes.results.weave_publish import SCORE_KEYS, SCORER
+from testkit.commands import command
 from testkit.dumps import write_verl_dump
 from tools.calculator import NAME as CALCULATOR
+
+pytestmark = pytest.mark.integration
 
 PROJECT = "gsm8k-evals-test"
 EXPERIMENT = "qwen-tools"
@@ -105,7 +107,7 @@ def published(validation_dir):
 
 
 def run_main(argv):
-    """scripts/publish_evals.py's main() in this process (the memory server lives here), with a W&B key set."""
+    """gsm8k-publish-evals's main() in this process (the memory server lives here), with a W&B key set."""
     from recipes.results import publish as module
     previous = os.environ.get("WANDB_API_KEY")
     os.environ["WANDB_API_KEY"] = "offline-test-key"
@@ -257,7 +259,7 @@ def test_summary_is_eval_summarys(published, validation_dir, repo_root):
     step2 = summarize(dump_records(validation_dir, 2), (1, 3))
     assert "pass@3_strict" in step2 and evals[2]["output"]["output"] == pytest.approx(step2)
     # and the same numbers as the script users run
-    proc = subprocess.run([sys.executable, "scripts/eval_summary.py", "--validation_dir", str(validation_dir),
+    proc = subprocess.run([*command("gsm8k-eval-summary"), "--validation_dir", str(validation_dir),
                            "--step", "2", "--k", "1", "--k", "3"], cwd=repo_root, capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -380,7 +382,7 @@ def test_bad_input_is_one_clear_line(case, tmp_path, repo_root, validation_dir):
     if case == "no_credentials":
         shutil.copy(validation_dir / "0.jsonl", folder / "0.jsonl")
         env.pop("WANDB_API_KEY")
-    script = [sys.executable, "scripts/publish_evals.py", "--validation_dir", str(folder), "--experiment", "e"]
+    script = [*command("gsm8k-publish-evals"), "--validation_dir", str(folder), "--experiment", "e"]
     proc = subprocess.run(script, cwd=repo_root, env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1 and proc.stdout == ""
     expected = {"missing_dir": f"error: validation dir {folder} does not exist",

@@ -6,6 +6,8 @@ import pytest
 
 from harness.qwen_tokenizer import FIRST_ADDED_ID, load_qwen25_tokenizer
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.fixture(scope="module")
 def tok():

@@ -14,7 +14,7 @@ import pytest
 import local_ray_cluster as cluster
 from recipes.launch import ray_job
 
-pytestmark = pytest.mark.timeout(400)
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 
 
 @pytest.mark.parametrize("mode", ["disabled", "token"])

@@ -20,7 +20,7 @@ from harness.standins.weave_http_server import API_KEY, loopback_wandb
 from recipes.trace_relay.on_ray import NodeSummary
 from testkit.launcher import clean_environ
 
-pytestmark = pytest.mark.timeout(400)
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 
 STEPS, CALLS_PER_STEP = 5, 10
 HANG_AFTER_S = 3.0  # the keepers' bound on a relay that answers nothing (15 s by default)

@@ -9,6 +9,8 @@ from recipes.gsm8k.tool_sets import get_tool_set
 from recipes.gsm8k.trajectory import count_tool_calls
 from tools.gsm8k_reward_tool import NAME as CALC_GSM8K_REWARD
 
+pytestmark = pytest.mark.unit
+
 CALL = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "48+24"}}\n</tool_call>'
 
 

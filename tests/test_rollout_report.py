@@ -13,8 +13,11 @@ from recipes.gsm8k.agent_loop import ScoredToolAgentLoop
 from recipes.gsm8k.tool_sets import get_tool_set
 from recipes.results.scoring import by_step
 from recipes.results.stats import collapse_alarm
+from testkit.commands import command
 from testkit.dumps import write_verl_dump
 from tools.calculator import NAME as CALCULATOR
+
+pytestmark = pytest.mark.integration
 
 QUESTIONS = [("A baker has 48 muffins and sells half. How many are left?", "24"),
              ("Tom reads 12 pages a day for 6 days. How many pages?", "72")]
@@ -55,10 +58,9 @@ def dump_dir(tmp_path_factory):
 
 def test_report_plots_and_summarises(dump_dir, tmp_path, repo_root):
     import subprocess
-    import sys
 
     out = tmp_path / "report"
-    proc = subprocess.run([sys.executable, "scripts/rollout_report.py", "--rollout_dir", str(dump_dir),
+    proc = subprocess.run([*command("gsm8k-rollout-report"), "--rollout_dir", str(dump_dir),
                            "--validation_dir", str(dump_dir), "--out", str(out)], cwd=repo_root,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -84,9 +86,8 @@ def test_alarm_logic():
 
 def test_missing_dumps_are_a_clear_error(tmp_path, repo_root):
     import subprocess
-    import sys
 
-    proc = subprocess.run([sys.executable, "scripts/rollout_report.py", "--rollout_dir", str(tmp_path),
+    proc = subprocess.run([*command("gsm8k-rollout-report"), "--rollout_dir", str(tmp_path),
                            "--out", str(tmp_path / "r")], cwd=repo_root, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1 and "no <step>.jsonl dumps in" in proc.stderr
 
@@ -94,7 +95,6 @@ def test_missing_dumps_are_a_clear_error(tmp_path, repo_root):
 def test_dumps_with_ref_ops_get_curves_by_operations_needed(tmp_path, repo_root):
     """The chain task's dumps: accuracy and tool calls per rollout by step, for each number of operations needed."""
     import subprocess
-    import sys
 
     rollouts = tmp_path / "rollouts"
     rollouts.mkdir()
@@ -104,7 +104,7 @@ def test_dumps_with_ref_ops_get_curves_by_operations_needed(tmp_path, repo_root)
                   "num_tool_calls": step, "ref_ops": 2}]
         (rollouts / f"{step}.jsonl").write_text("".join(json.dumps({**line, "step": step}) + "\n" for line in lines))
     out = tmp_path / "report"
-    proc = subprocess.run([sys.executable, "scripts/rollout_report.py", "--rollout_dir", str(rollouts), "--out",
+    proc = subprocess.run([*command("gsm8k-rollout-report"), "--rollout_dir", str(rollouts), "--out",
                            str(out)], cwd=repo_root, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert (out / "by_ops.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

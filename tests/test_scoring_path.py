@@ -23,6 +23,8 @@ from recipes.gsm8k.tool_sets import get_tool_set
 from testkit import recording_reward
 from tools.calculator import NAME as CALCULATOR
 
+pytestmark = pytest.mark.integration
+
 RECORDING_REWARD = REPO_ROOT / "tests" / "testkit" / "recording_reward.py"
 QUESTION = "Tom has 70 apples and buys 2 more. How many apples does he have?"
 SCRIPTS = {  # rollout -> assistant turns; the tool's answer (72) is the ground truth in every one

@@ -15,6 +15,8 @@ import pytest
 
 from recipes.constants import REPO_ROOT
 
+pytestmark = pytest.mark.repo
+
 # script -> knobs its --help must list as `NAME=${NAME...` lines (its own, or the launcher's it passes through)
 KNOBS = {
     "run_gsm8k_grpo.sh": ("PROFILE", "DATA_DIR", "TOOL_SET", "MODEL_PATH", "OUTPUT_DIR", "TRACE_RELAY", "TRACE_SPOOL",

@@ -12,6 +12,8 @@ import pytest
 
 from recipes.constants import REPO_ROOT
 
+pytestmark = pytest.mark.integration
+
 # stands in for a Python 3.11 (base) and for the venv's python made from it: records its arguments, and `-m venv DIR`
 # makes DIR/bin/python, a copy of itself
 STAND_IN = """#!/usr/bin/env bash

@@ -9,7 +9,7 @@ import pytest
 
 from recipes.gpu_env import sglang_patch
 
-pytestmark = pytest.mark.skipif(shutil.which("patch") is None, reason="needs the patch tool")
+pytestmark = [pytest.mark.integration, pytest.mark.skipif(shutil.which("patch") is None, reason="needs the patch tool")]
 HEADER = "sglang" / sglang_patch.HEADER
 
 

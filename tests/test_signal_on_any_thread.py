@@ -22,7 +22,7 @@ from recipes.trace_relay.names import TRACE_RELAY_TOKEN_ENV
 from testkit.paths import recipe_pythonpath
 from testkit.threads import children, other_threads
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 
 def start(tmp_path: Path, *argv: str) -> tuple[subprocess.Popen, Path]:

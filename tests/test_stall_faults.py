@@ -36,7 +36,8 @@ from recipes.watchdog.watch import POLL_MAX_S, STALL_EXIT
 from testkit.stall_faults import ARMED_ENV, FAULT_ENV, HOLD_ENV
 
 MATRIX_ENV = "STALL_FAULT_MATRIX"
-pytestmark = [pytest.mark.skipif(not os.environ.get(MATRIX_ENV), reason=f"a CPU launch each: {MATRIX_ENV}=1 runs them"),
+pytestmark = [pytest.mark.e2e,
+              pytest.mark.skipif(not os.environ.get(MATRIX_ENV), reason=f"a CPU launch each: {MATRIX_ENV}=1 runs them"),
               pytest.mark.timeout(1500)]
 STALL_MINUTES = 1.0
 LIMIT_S = STALL_MINUTES * 60

@@ -20,7 +20,8 @@ from recipes.watchdog.culprit import Suspect, phase_of, suspects, trainer_phase
 from recipes.watchdog.sample import py_spy, sample_node
 from recipes.watchdog.stall_report import write_report
 
-pytestmark = pytest.mark.skipif(py_spy() is None, reason="py-spy is not installed (requirements/test.txt has it)")
+pytestmark = [pytest.mark.integration,
+              pytest.mark.skipif(py_spy() is None, reason="py-spy is not installed (requirements/test.txt has it)")]
 CLOCK = {"idle_s": 90.0, "limit": "1 min (STALL_MINUTES)", "last_what": "step 3", "last_step": 3, "last_ago_s": 95.0}
 
 

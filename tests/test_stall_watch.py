@@ -17,6 +17,8 @@ from recipes.watchdog.progress import progress_in
 from recipes.watchdog.sample import py_spy
 from recipes.watchdog.watch import StallWatch, start_watch
 
+pytestmark = pytest.mark.integration
+
 # lines of a real CPU smoke's log (verl 0.9.1 through Ray's log forwarding, colours included)
 VERL_LINES = {
     "\x1b[36m(TaskRunner pid=32347)\x1b[0m Training from scratch": ("the trainer's start", None),

@@ -8,6 +8,8 @@ from recipes.gsm8k.tool_sets import TOOL_SETS, get_tool_set
 from tools.calculator import CalculatorTool
 from tools.gsm8k_reward_tool import Gsm8kRewardTool
 
+pytestmark = pytest.mark.unit
+
 CLASSES = {"calculator": CalculatorTool, "calc_gsm8k_reward": Gsm8kRewardTool}
 ARGUMENTS = {"calculator": "expression", "calc_gsm8k_reward": "answer"}
 SCHEMAS = {name: cls.SCHEMA for name, cls in CLASSES.items()}

@@ -6,6 +6,7 @@ traces must not crash the step. Runs the recipe loop traced and untraced, then v
 import asyncio
 
 import numpy as np
+import pytest
 
 from data_prep.gsm8k_rows import SourceRecord, build_row
 from harness import agent_loop_inprocess as harness
@@ -15,6 +16,8 @@ from harness.standins.weave_memory_server import install_memory_weave_client
 from recipes.gsm8k.agent_loop import ScoredToolAgentLoop
 from recipes.gsm8k.tool_sets import get_tool_set
 from tools.calculator import NAME as CALCULATOR
+
+pytestmark = pytest.mark.unit
 
 QUESTION, ANSWER = "Tom reads 12 pages a day for 6 days. How many pages?", "72"
 SCRIPT = [tool_call(CALCULATOR, expression="12*6"), "#### 72"]

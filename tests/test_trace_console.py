@@ -10,6 +10,8 @@ import pytest
 
 from harness.standins.weave_http_server import loopback_wandb
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture
 def fresh_trace_config():
@@ -76,4 +78,4 @@ def test_the_link_is_the_projects_weave_page(monkeypatch, base_url, expected):
     url = weave_project_url("gsm8k_tool_grpo")
     assert url == expected
     offline = where_traces_go(url, "exp", "offline", "/runs/exp/trace_spool")
-    assert "python scripts/upload_traces.py --spool /runs/exp/trace_spool" in offline and expected in offline
+    assert "`gsm8k-upload-traces --spool /runs/exp/trace_spool`" in offline and expected in offline

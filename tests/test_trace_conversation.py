@@ -23,6 +23,8 @@ from recipes.tracing.shaping import CHAT_OP
 from testkit.weave_tracing import traced_to_loopback_wandb
 from tools.calculator import NAME as CALCULATOR
 
+pytestmark = pytest.mark.integration
+
 QUESTION = "Natalia sold 48 clips in April and half as many in May. How many in total?"
 TURNS = [tool_call(CALCULATOR, expression="48/2"), "48 + 24 = 72 clips.\n#### 72"]
 

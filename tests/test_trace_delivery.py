@@ -23,11 +23,12 @@ from harness.qwen_tokenizer import build_tiny_qwen2_model_dir, default_cache_dir
 from harness.standins.scripted_llm import ScriptedLLM, tool_call
 from harness.standins.weave_http_server import API_KEY, loopback_wandb
 from recipes.gsm8k.tool_sets import get_tool_set
+from testkit.commands import command
 from testkit.paths import recipe_pythonpath
 from testkit.relay_process import RelayProcess
 from tools.calculator import NAME as CALCULATOR
 
-pytestmark = pytest.mark.timeout(400)
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 
 PROJECT = "trace-delivery"
 QUESTIONS = [  # (question, answer, assistant turns): calls per trajectory = root + its chat view + 2 per turn
@@ -176,8 +177,8 @@ def test_air_gapped_run_uploads_every_trace_later(run, repo_root):
 
     def upload(wandb):
         env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB", "WF_"))}
-        return subprocess.run([sys.executable, str(repo_root / "scripts" / "upload_traces.py"),
-                               "--spool", str(run.offline.spool), "--upstream", wandb.url],
+        return subprocess.run([*command("gsm8k-upload-traces"), "--spool", str(run.offline.spool), "--upstream",
+                               wandb.url],
                               env={**env, "WANDB_API_KEY": API_KEY}, capture_output=True, text=True, timeout=180)
 
     with loopback_wandb() as wandb:  # the machine with network access

@@ -5,8 +5,12 @@ transport, W&B as the loopback stand-in answering each write after 5 s."""
 import asyncio
 import time
 
+import pytest
+
 from harness.standins.weave_http_server import API_KEY, loopback_wandb
 from recipes.tracing.flush import TraceFlusher
+
+pytestmark = pytest.mark.integration
 
 
 def test_a_slow_wandb_costs_a_step_at_most_the_flush_timeout():

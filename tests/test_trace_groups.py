@@ -29,6 +29,8 @@ from recipes.tracing.volume import GROUPS_KEY
 from testkit.weave_tracing import traced_to_loopback_wandb
 from tools.calculator import NAME as CALCULATOR
 
+pytestmark = pytest.mark.integration
+
 N, WORKERS, PROMPTS, STEPS = 4, 2, 4, 2  # rollout.n; agent-loop workers; prompts a step; steps per phase
 PROJECT, EXPERIMENT = "gsm8k-groups-test", "groups"
 QUESTIONS = [("A baker has 48 muffins and sells half. How many are left?", "48/2", 24),

@@ -18,6 +18,8 @@ from recipes.trace_relay.spool import Record, Spool, SpoolBusy
 from recipes.trace_relay.upstream import Upstream
 from testkit.paths import recipe_pythonpath
 
+pytestmark = pytest.mark.integration
+
 TOKEN = "relay-test-token-" + "t" * 24  # the launch's secret, as the relay and its clients get it
 CLIENT = """
 import os, sys

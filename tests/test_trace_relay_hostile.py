@@ -23,7 +23,7 @@ from recipes.trace_relay.names import RELAY_HEALTH_PATH
 from recipes.trace_relay.spool import Spool
 from testkit.relay_process import RelayProcess
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 PROJECT = "loopback-entity/hostile"
 DELETE_PROJECT = ('mutation DeleteProject($id: String!) { deleteModel(input: {id: $id}) { success } }')
 

@@ -25,7 +25,7 @@ from recipes.trace_relay.spool import Spool
 from testkit.paths import recipe_pythonpath
 from testkit.relay_process import RelayProcess
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 CLIENTS, STEPS, CALLS_PER_STEP = 2, 6, 20
 FORWARDED_STEPS, KILL_AFTER_STEP = 2, 3  # W&B goes down after step 2; the relay dies after step 3

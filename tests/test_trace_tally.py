@@ -13,6 +13,8 @@ import yaml
 
 from harness.standins.weave_http_server import loopback_wandb
 
+pytestmark = pytest.mark.integration
+
 ENTITY_PROJECT = "weave:///loopback-entity/gsm8k_tool_grpo/op"
 PROJECT, EXPERIMENT = "tally-test", "tally-run"
 

@@ -19,6 +19,8 @@ from recipes.preflight.trace_budget import PER_WORKER_KEY, budget_overrides
 from recipes.tracing import volume as v
 from testkit.launcher import plan
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.fixture(scope="module")
 def recipe(default_dry_run):

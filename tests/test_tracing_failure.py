@@ -13,6 +13,8 @@ import pytest
 from harness.standins.weave_http_server import API_KEY, loopback_wandb
 from testkit.paths import recipe_pythonpath
 
+pytestmark = pytest.mark.integration
+
 WORKER = """
 import asyncio, logging, sys
 from types import SimpleNamespace

@@ -17,6 +17,8 @@ from recipes.gsm8k.tool_sets import get_tool_set
 from recipes.tracing.shaping import CHAT_OP, ROLLOUT_SUMMARY, TOKEN_FIELDS, TextOnlyTracer
 from tools.calculator import NAME as CALCULATOR
 
+pytestmark = pytest.mark.unit
+
 PROJECT = "gsm8k-tracing-test"
 QUESTIONS = {
     0: ("Natalia sold 48 clips in April and half as many in May. How many in total?", "72"),

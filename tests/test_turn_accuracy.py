@@ -10,6 +10,8 @@ from harness.learning.turn_accuracy import by_depth, main, turn_spans
 from recipes.gsm8k.tool_sets import get_tool_set
 from test_cpu_learning import rows_of
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.fixture(scope="module")
 def model_and_transcripts(tmp_path_factory):

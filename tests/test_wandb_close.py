@@ -11,6 +11,8 @@ import pytest
 
 from recipes.constants import REPO_ROOT
 
+pytestmark = pytest.mark.integration
+
 CHILD = textwrap.dedent("""
     import sys
     import psutil

@@ -8,6 +8,8 @@ import pytest
 from harness.standins.weave_http_server import API_KEY, loopback_wandb
 from recipes.trace_relay.sender import post_encoded_batches
 
+pytestmark = pytest.mark.integration
+
 CALLS = 12
 
 

@@ -1,6 +1,6 @@
 """Export a verl FSDP checkpoint to a Hugging Face model folder, and record beside it where it came from.
 
-    python scripts/export_checkpoint.py outputs/<exp>/checkpoints --target_dir outputs/<exp>/hf [--step N]
+    gsm8k-export-checkpoint outputs/<exp>/checkpoints --target_dir outputs/<exp>/hf [--step N]
         [--dtype checkpoint|bfloat16|float16|float32] [--force] [--dry_run]
 
 Picks the latest saved step (latest_checkpointed_iteration.txt) unless --step is given, checks the actor

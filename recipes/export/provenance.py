@@ -1,6 +1,6 @@
 """Where models and checkpoints came from.
 
-- An export: scripts/export_checkpoint.py writes EXPORT_RECORD beside the model it exports (the run's experiment
+- An export: gsm8k-export-checkpoint writes EXPORT_RECORD beside the model it exports (the run's experiment
   name, the step and the checkpoint folder), so that evaluations of different checkpoints never share a name (and a
   folder, and a Weave Evaluation); scripts/eval_gsm8k.sh names its run from it.
 - A run's checkpoints: a launch that trains writes RUN_RECORD in its checkpoint folder (the model, LoRA, tool set

@@ -58,10 +58,6 @@ TRITON_KERNELS = (
 )
 
 
-def tvm_ffi_cache() -> Path:
-    return Path(os.environ.get("TVM_FFI_CACHE_DIR", "~/.cache/tvm-ffi")).expanduser()
-
-
 @contextmanager
 def _build_without_loading(names: list[str]):
     """SGLang's load_jit calls tvm_ffi.cpp.load_inline (compile, then load the .so, which needs a GPU driver);

@@ -18,6 +18,7 @@ _STRICT = re.compile(re.escape(ANSWER_MARKER) + r"\s*(" + _NUMBER + r")")
 _ANY_NUMBER = re.compile(_NUMBER)
 _WHOLE = re.compile(r"\d+|\d{1,3}(?:,\d{3})+")  # GSM8K's own: 1000 or 1,000 (commas between groups of three)
 _STEP_ANNOTATION = re.compile(r"<<[^<>=]*=[^<>]*>>")  # GSM8K's `<<48/2=24>>`: one worked operation
+_REFERENCE = re.compile(r"-?\d[\d,]*(?:\.\d+)?")  # a reference answer: no "$" or trailing "." as a model may write
 
 
 def _ungrouped(number: str) -> str | None:
@@ -28,6 +29,12 @@ def _ungrouped(number: str) -> str | None:
     if not _WHOLE.fullmatch(whole):
         return None
     return sign + whole.replace(",", "") + dot + fraction
+
+
+def reference_number(text: str) -> str | None:
+    """A GSM8K reference answer ("-1,250.5") without its commas ("-1250.5"), as data prep writes the ground truth;
+    None for anything else. The grammar the model's answers are read with (commas only between groups of three)."""
+    return _ungrouped(text) if _REFERENCE.fullmatch(text) else None
 
 
 def to_decimal(text: str | None) -> Decimal | None:

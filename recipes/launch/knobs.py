@@ -60,7 +60,7 @@ class Knobs:
                                "this repo")
     publish_evals: str = knob("0", "1: publish each validation to Weave as an Evaluation while training")
     trace_relay: str = knob("auto", "auto: traces go through a relay on each node that keeps them on disk until W&B "
-                                    "has them; offline: air-gapped, keep them for scripts/upload_traces.py; off: "
+                                    "has them; offline: air-gapped, keep them for gsm8k-upload-traces; off: "
                                     "workers send straight to W&B")
     trace_spool: str = knob("", "where each node's relay keeps traces, on that node's own disk; empty: "
                                 "$OUTPUT_DIR/trace_spool on one node (if only you can write it), else "

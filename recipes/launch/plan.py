@@ -1,5 +1,5 @@
 """What a launch would do, in a dozen lines read from what the preflight worked out (recipes/preflight/facts.py):
-the launcher's DRY_RUN prints these (as scripts/preflight.py --print-plan does) and writes the full config to a file
+the launcher's DRY_RUN prints these (as gsm8k-preflight --print-plan does) and writes the full config to a file
 instead of the console. The algorithm's rows say what the config makes of it: optimizer updates per step, steps,
 the trajectories each update sees, what validation scores (the schedule: verl's rules, recipes/preflight/
 schedule.py); and what a profile changes of it against the recipe's own profile (8xh100), so that a profile that

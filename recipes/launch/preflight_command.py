@@ -1,6 +1,6 @@
 """Preflight for scripts/run_gsm8k_grpo.sh: everything that can be checked before a GPU is used.
 
-    python scripts/preflight.py [--launch | --submit | --node-check] [--print-plan] [--write-config FILE] -- <overrides>
+    gsm8k-preflight [--launch | --submit | --node-check] [--print-plan] [--write-config FILE] -- <overrides>
 
 Composes the recipe config exactly as the launch will, runs verl's validate_config and builds the rollout and
 actor config dataclasses, then checks data, tools, reward, agent loops, tracing, LoRA, rollout concurrency and

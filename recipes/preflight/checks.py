@@ -131,11 +131,11 @@ def check_model(model: ModelSource, report: Report) -> None:
     where = "" if model.folder.is_absolute() else f" (relative to {Path.cwd()}, where the launcher runs)"
     if not model.folder.is_dir():
         report.error(f"actor_rollout_ref.model.path: {model.name} does not exist{where}; set MODEL_PATH to a model "
-                     "folder (scripts/export_checkpoint.py makes one from a checkpoint) or a hub id "
+                     "folder (gsm8k-export-checkpoint makes one from a checkpoint) or a hub id "
                      "(Qwen/Qwen2.5-3B-Instruct)")
     elif not (model.folder / "config.json").is_file():
         report.error(f"actor_rollout_ref.model.path: {model.name} has no config.json{where}: not a Hugging Face model "
-                     "folder (scripts/export_checkpoint.py turns a checkpoint into one)")
+                     "folder (gsm8k-export-checkpoint turns a checkpoint into one)")
     else:
         check_transformers_version(model.folder / "config.json", report)
 
@@ -327,7 +327,7 @@ def run_all(facts: RunFacts, report: Report | None = None, launch: bool = False,
             dry_run: bool = False, traces_offline: bool = False) -> Report:
     """launch: about to start on this node (GPUs, credentials, disk); submit: about to go to a Ray cluster; dry_run:
     what a launch checks but the GPU node's own install (one line says so); neither: the
-    config and what it names (scripts/preflight.py); traces_offline: TRACE_RELAY=offline (no W&B key needed for
+    config and what it names (gsm8k-preflight); traces_offline: TRACE_RELAY=offline (no W&B key needed for
     traces)."""
     report = report or Report()
     config, view, model = facts.config, facts.view, facts.model

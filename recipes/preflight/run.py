@@ -1,7 +1,7 @@
 """The preflight as the launcher runs it, in its own process: compose the config exactly as main_ppo will, run
 verl's validation, apply the trace budget, work out the run's facts once (recipes/preflight/facts.py), then every
 check (recipes/preflight/checks.py). Says what it found on `out` (stderr), one line each: warnings and notes go on,
-errors stop the launch. scripts/preflight.py is the same, as a command."""
+errors stop the launch. gsm8k-preflight is the same, as a command."""
 
 from __future__ import annotations
 

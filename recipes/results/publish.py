@@ -1,9 +1,9 @@
 """Publish each validation dump of a run to Weave as an Evaluation (once; re-running sends nothing new).
 
-    python scripts/publish_evals.py --validation_dir outputs/<exp>/validation --experiment <exp> [--project P]
+    gsm8k-publish-evals --validation_dir outputs/<exp>/validation --experiment <exp> [--project P]
         [--model_path M] [--tool_set T] [--step N ...] [--k 1 --k 8] [--model_name NAME]
     # beside training: publish each validation as it lands, stop after the trainer exits
-    python scripts/publish_evals.py --validation_dir outputs/<exp>/validation --experiment <exp> --watch \
+    gsm8k-publish-evals --validation_dir outputs/<exp>/validation --experiment <exp> --watch \
         --stop_when_pid_exits PID
 
 The model of step N is `<experiment>-stepN` (step 0: the weights before any update); an evaluation-only run

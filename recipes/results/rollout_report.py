@@ -1,6 +1,6 @@
 """Offline report from verl's rollout dumps: PNG plots and a short markdown summary.
 
-    python scripts/rollout_report.py --rollout_dir outputs/<exp>/rollouts \
+    gsm8k-rollout-report --rollout_dir outputs/<exp>/rollouts \
         [--validation_dir outputs/<exp>/validation] --out outputs/<exp>/report
 
 Writes steps.png (reward, accuracy, tool-call rate with the collapse alarm, response length by step),

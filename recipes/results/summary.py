@@ -1,6 +1,6 @@
 """Summarize a verl validation dump as the run scored it (strict and flexible), tool use and pass@k.
 
-    python scripts/eval_summary.py --validation_dir outputs/<exp>/validation [--step N] [--k 1 --k 8]
+    gsm8k-eval-summary --validation_dir outputs/<exp>/validation [--step N] [--k 1 --k 8]
 
 Writes summary.json and summary.md beside the dumps: the latest step's. `--step N` of an earlier step writes
 summary_step<N>.json and .md instead (summary.json stays the latest step's). Last line:

@@ -15,7 +15,7 @@ Evaluation logged with weave's own `EvaluationLogger`:
   value holds every metric under fixed names (SCORE_KEYS). One scorer call per prediction instead of one per
   metric: 1319 predictions x 7 scorer calls took 60-100 s on 2 cores, a single dict-valued scorer about 6x
   less, and the compare view shows each key of a dict score as its own metric;
-- summary: `recipes.results.scoring.summarize` (what scripts/eval_summary.py prints), under "output".
+- summary: `recipes.results.scoring.summarize` (what gsm8k-eval-summary prints), under "output".
 
 De-duplication: every Evaluation carries `attributes[EVAL_ATTRIBUTE]["key"]` = experiment/step/dump digest;
 a finished, successful `Evaluation.evaluate` call with that key means "already published" and nothing is

@@ -5,7 +5,7 @@ and its write-ahead log does not hold up across processes (weave-0.54 facts). Th
 clients talk to their node's relay instead (recipes.trace_relay.client.use_trace_relay); it writes each trace
 request to
 that node's disk before answering, sends the spool to W&B in order with unlimited retry, and what it could not
-send stays in the spool for `scripts/upload_traces.py`, from any machine that reaches W&B.
+send stays in the spool for `gsm8k-upload-traces`, from any machine that reaches W&B.
 
     python -m recipes.trace_relay serve --spool DIR [--url-file FILE]   # a relay kept on one address (keeper.py)
 

@@ -4,7 +4,7 @@
     python -m recipes.trace_relay serve --spool DIR [--port 0] [--host 127.0.0.1] [--upstream URL | --offline]
                                         [--entity E] [--url-file FILE] [--drain-timeout S] [--max-retry-interval S]
     python -m recipes.trace_relay status --spool DIR
-    python -m recipes.trace_relay upload --spool DIR [--upstream URL] [--timeout S]   (= scripts/upload_traces.py)
+    python -m recipes.trace_relay upload --spool DIR [--upstream URL] [--timeout S]   (= gsm8k-upload-traces)
 
 serve: answers only clients that present the token in GSM8K_RECIPE_TRACE_RELAY_TOKEN (weave sends it as its API key;
 the launcher makes one per launch and hands it to the relays and the workers, never on a command line), for the
@@ -34,12 +34,13 @@ from pathlib import Path
 from recipes.trace_relay import limits
 from recipes.trace_relay.keeper import HANG_AFTER_S, NOT_STARTED_EXIT
 from recipes.trace_relay.names import TRACE_RELAY_TOKEN_ENV
+from recipes.trace_relay.spool import UPLOAD_COMMAND
 
 PENDING_EXIT = 3
 
 
 def main(argv: list[str] | None = None, upload_help: dict | None = None) -> int:
-    """upload_help: prog and description of the upload command's --help (scripts/upload_traces.py gives its own)."""
+    """upload_help: prog and description of the upload command's --help (gsm8k-upload-traces gives its own)."""
     parser = argparse.ArgumentParser(prog="python -m recipes.trace_relay", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -214,6 +215,23 @@ def upload_spool(args) -> int:
              if forwarder.rejected_total else "")
           + (f" (last error: {error}); run this again to resume" if pending else ""))
     return 1 if pending or forwarder.rejected_total else 0
+
+
+UPLOAD_DESCRIPTION = """Send Weave traces kept by the trace relay to W&B (after an outage, or from an air-gapped
+cluster).
+
+    gsm8k-upload-traces --spool outputs/<experiment>/trace_spool [--upstream https://api.wandb.ai]
+
+Copy the spool directory to a machine that reaches W&B and run this there, with WANDB_API_KEY set (or `wandb
+login`). It sends the records in the order they were made, creates the project if needed, resumes where it
+stopped, and never sends a record twice once W&B confirmed it. Prints what was sent and what is left; exit
+status 0 only when nothing is left.
+"""
+
+
+def upload_main() -> int:
+    """UPLOAD_COMMAND (pyproject.toml's [project.scripts]): the upload command on its own, with its own --help."""
+    return main(["upload", *sys.argv[1:]], upload_help={"prog": UPLOAD_COMMAND, "description": UPLOAD_DESCRIPTION})
 
 
 if __name__ == "__main__":

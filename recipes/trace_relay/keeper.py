@@ -15,7 +15,7 @@ Two ways a relay fails, both seen by this keeper:
   answer its first) is killed with SIGKILL, which also ends a stopped process, and replaced at once. A request it
   had taken is cut off; the worker's client sends it again, to the next relay.
 After `max_restarts` replacements in a row, each within STABLE_AFTER_S of its start, the keeper gives up (the spool
-keeps what it has for scripts/upload_traces.py). A relay that could not start (exit 2: no W&B credentials) is not
+keeps what it has for gsm8k-upload-traces). A relay that could not start (exit 2: no W&B credentials) is not
 retried. `stop()` ends it: no more replacements, the listening socket closes, the relay drains (SIGTERM) and its exit
 status is the keeper's.
 

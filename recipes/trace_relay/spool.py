@@ -31,6 +31,7 @@ from recipes.private_files import Folder
 from recipes.trace_relay.limits import MIN_FREE_BYTES
 
 SEGMENT_BYTES = 64 * 1024 * 1024
+UPLOAD_COMMAND = "gsm8k-upload-traces"  # what sends a spool to W&B (pyproject.toml's [project.scripts])
 
 
 @dataclass(frozen=True, order=True)
@@ -73,7 +74,7 @@ class Summary:
         if self.rejected:
             text += f", {self.rejected} rejected by W&B (kept in {spool_dir}/rejected.spool)"
         if self.pending:
-            text += f" in {spool_dir}: send them with `python scripts/upload_traces.py --spool {spool_dir}`"
+            text += f" in {spool_dir}: send them with `{UPLOAD_COMMAND} --spool {spool_dir}`"
             if self.error:
                 text += f" (last error: {self.error})"
         return text

@@ -7,6 +7,7 @@ import os
 from urllib.parse import quote
 
 from recipes.credentials import wandb_base_url
+from recipes.trace_relay.spool import UPLOAD_COMMAND
 
 ENTITY_PLACEHOLDER = "<your W&B entity>"
 
@@ -36,14 +37,14 @@ def wandb_app_url(api_url: str) -> str:
 def where_traces_go(weave_url: str, experiment: str, relay_mode: str = "off", spool_dir: str | None = None,
                     every_node: bool = False) -> str:
     """One line for the console. relay_mode as the launcher runs the workers: "off" (they send to W&B),
-    "auto" (through their node's trace relay) or "offline" (kept in the relays' spools for upload_traces.py).
+    "auto" (through their node's trace relay) or "offline" (kept in the relays' spools for UPLOAD_COMMAND).
     every_node: a relay on every node of a Ray cluster, each spooling to spool_dir/<node> on its own disk."""
     hint = " (set WANDB_ENTITY to print the exact link)" if ENTITY_PLACEHOLDER in weave_url else ""
     where = f"{weave_url}{hint}, calls with attribute experiment_name={experiment}"
     spool, node = (f"{spool_dir}/<node>", "each node") if every_node else (spool_dir, "this node")
     if relay_mode == "offline":
         return (f"Weave traces are kept on {node} in {spool} (TRACE_RELAY=offline); after "
-                f"`python scripts/upload_traces.py --spool {spool}` they are at {where}")
+                f"`{UPLOAD_COMMAND} --spool {spool}` they are at {where}")
     if relay_mode == "auto":
         return (f"Weave traces: {where} (sent through {node}'s trace relay, which keeps them in {spool} "
                 "until W&B has them)")

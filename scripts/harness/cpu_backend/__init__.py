@@ -11,7 +11,7 @@ scripts/learn_cpu.sh (config/profile/cpu_learn.yaml); scripts/cpu_env.sh sets th
 - steering.py      the one departure from an LLM: some first turns are written as a tool call
 - worker_setup.py  actor_rollout_ref.model.external_lib target: gloo process group, registers engine.py
 - engine.py        verl's FSDP2 engine registered for device "cpu"
-- qwen_tokenizer.py the Qwen2.5 tokenizer rebuilt offline (no hub) and the tiny random Qwen2 model the smoke trains
+The Qwen2.5 tokenizer rebuilt offline and the tiny random Qwen2 model the smoke trains are harness/qwen_tokenizer.py.
 """
 
 from recipes.constants import CPU_ROLLOUT_NAME as ROLLOUT_NAME  # noqa: F401  the CPU rollout backend

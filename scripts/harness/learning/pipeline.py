@@ -18,6 +18,7 @@ from pathlib import Path
 
 from harness.learning.stages import LearnError, LearnKnobs, Stages, cpu_backend_env, field, run_check
 from recipes.constants import REPO_ROOT
+from recipes.trace_relay.spool import UPLOAD_COMMAND
 
 CPU_ISAS = ("avx2", "avx512", "native")
 EVAL_PROFILE = "cpu_learn"
@@ -85,7 +86,7 @@ class Pipeline(Stages):
                     env, outputs / "logs" / "train.log", "GRPO")
         if (outputs / "trace_spool").is_dir():  # TRACE=on: the relay's spool (docs/tracing.md)
             self.log(f"traces spooled in {outputs}/trace_spool; what W&B has not confirmed goes up with: "
-                     f"python scripts/upload_traces.py --spool {outputs}/trace_spool")
+                     f"{UPLOAD_COMMAND} --spool {outputs}/trace_spool")
         return outputs
 
     def run(self) -> int:
@@ -105,7 +106,7 @@ class Pipeline(Stages):
         self.log("evaluating the SFT start (scripts/eval_gsm8k.sh, DEVICE=cpu)")
         sft = self.evaluate("sft", k.work / "model_sft", k.work / "data", "calculator")
         outputs = self.grpo()
-        self.python("scripts/export_checkpoint.py", str(outputs / "checkpoints"), "--target_dir",
+        self.python("-m", "recipes.export", str(outputs / "checkpoints"), "--target_dir",
                     str(k.work / "model_final"), "--force", env=self.run_env)
         self.log("evaluating the final model, tools on and tools off")
         final = self.evaluate("final", k.work / "model_final", k.work / "data", "calculator")

@@ -215,9 +215,9 @@ class Stages:
 
     def rollout_report(self, outputs: Path) -> None:
         """Plots and a summary of the training rollouts and validations; a failure is a note, the scores stand."""
-        if self.python("scripts/rollout_report.py", "--rollout_dir", str(outputs / "rollouts"), "--validation_dir",
-                       str(outputs / "validation"), "--out", str(outputs / "report"), env=self.run_env,
-                       check=False):
+        if self.python("-m", "recipes.results.rollout_report", "--rollout_dir", str(outputs / "rollouts"),
+                       "--validation_dir", str(outputs / "validation"), "--out", str(outputs / "report"),
+                       env=self.run_env, check=False):
             self.log("rollout report failed (see above); the scores stand")
 
     def verdict(self, sft: Path, final: Path, tools_off: Path) -> None:

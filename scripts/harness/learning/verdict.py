@@ -47,7 +47,7 @@ def judge(sft: float, final: float, tools_off: float, tool_call_rate: float) -> 
 
 def judge_chain(sft: dict, final: dict, tools_off: dict) -> list[tuple[bool, str]]:
     """judge() on the overall figures, then the deepest problems' gain and calls per operation (summaries of
-    scripts/eval_summary.py, which break accuracy down by `ref_ops`)."""
+    gsm8k-eval-summary, which break accuracy down by `ref_ops`)."""
     key = f"strict_acc_ops{DEEPEST}"
     missing = [name for name, s in (("SFT", sft), ("final", final)) if key not in s or "calls_per_op" not in s]
     if missing:
@@ -77,7 +77,7 @@ def notes(sft: float, tools_off: float) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     for name in ("sft", "final", "tools_off"):
-        p.add_argument(f"--{name}", type=Path, required=True, help="a summary.json of scripts/eval_summary.py")
+        p.add_argument(f"--{name}", type=Path, required=True, help="a summary.json of gsm8k-eval-summary")
     p.add_argument("--task", default="one_step", choices=("one_step", "chain"))
     args = p.parse_args(argv)
     sft, final, off = (json.loads(path.read_text()) for path in (args.sft, args.final, args.tools_off))

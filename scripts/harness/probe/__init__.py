@@ -5,6 +5,6 @@ timed phase by phase, its memory and throughput read, and projected onto the pro
 - random_model.py: a model folder of such random weights, with a tokenizer
 - share.py: one GPU's share of a profile's step (its overrides) and the plan
 - gpu_memory.py: each process's GPU memory, sampled while the step runs (nvidia-smi)
-- report.py: the step's phases, memory and tokens per second from verl's metrics, and the projection
+- projection.py: the step's phases, memory and tokens per second from verl's metrics, and the projection
 - __main__.py: the command
 """
