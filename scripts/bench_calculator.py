@@ -3,7 +3,7 @@ runs in a work process, tools/process_pool.py, so this includes the pipe's round
 this process, over GSM8K's own `<<expr=result>>` expressions.
 
     python scripts/bench_calculator.py [--calls 5000] [--input_dir DIR]
-    python scripts/bench_calculator.py --quick      # 200 calls: that it runs (`-m bench` of the tests), not a figure to record
+    python scripts/bench_calculator.py --quick      # 200 calls: that it runs (`-m bench`), no figure
 
 The expressions come from DIR's train.jsonl (GSM8K's own file), by default from the GSM8K sample that ships with
 the data prep (data_prep/gsm8k_sample), repeated to --calls; the source is printed.

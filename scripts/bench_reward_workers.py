@@ -7,7 +7,7 @@ tokenizer in place of the hub's, waits until each has loaded its tokenizer and t
 actor process's memory. On a GPU node they are the same processes (CPU only, no GPU memory).
 
     python scripts/bench_reward_workers.py [--workers 8]
-    python scripts/bench_reward_workers.py --quick    # one worker: that it runs (`-m bench` of the tests), not a figure to record
+    python scripts/bench_reward_workers.py --quick    # one worker: that it runs (`-m bench`), no figure
 
 Last line: `RESULT reward_workers=<n> reward_workers_rss_mb=<sum of RSS> reward_workers_pss_mb=<sum of PSS>
 reward_workers_start_s=<seconds until all were ready>`.

@@ -6,7 +6,7 @@ tracer, and traced the way verl logs by default (token-id lists included). Times
 event loop that runs the rollouts, i.e. what the agent-loop worker pays.
 
     python scripts/bench_trace.py [--rollouts 32] [--reasoning_tokens 400]
-    python scripts/bench_trace.py --quick       # 2 short rollouts: that it runs (`-m bench` of the tests), not a figure to record
+    python scripts/bench_trace.py --quick       # 2 short rollouts: that it runs (`-m bench`), no figure
 
 Target: <= 5 ms per traced call. Last line:
 `RESULT trace_ms_per_call=<v> untraced_ms_per_call=<v> verl_default_ms_per_call=<v>`.

@@ -8,7 +8,7 @@ import pytest
 
 from tools.arithmetic import CalcError, calculate
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.integration  # the calculator evaluates in a work process
 
 
 @pytest.mark.parametrize(

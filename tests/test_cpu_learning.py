@@ -19,7 +19,7 @@ from recipes.constants import REPO_ROOT
 from recipes.gsm8k.tool_sets import get_tool_set
 from testkit.model_folder import assert_carries_transformers_version
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.integration  # the calculator evaluates in a work process
 
 
 def rows_of(problems, split="train"):

@@ -18,7 +18,7 @@ from recipes.gsm8k.trajectory import model_text, split_turns
 from tools.calculator import NAME as CALCULATOR
 from tools.gsm8k_reward_tool import NAME as CALC_GSM8K_REWARD
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.integration  # the calculator evaluates in a work process
 
 QUESTION = "Natalia sold 48 clips in April and half as many in May. How many clips did she sell in total?"
 

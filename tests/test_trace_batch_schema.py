@@ -17,7 +17,7 @@ from recipes.gsm8k.agent_loop import ScoredToolAgentLoop
 from recipes.gsm8k.tool_sets import get_tool_set
 from tools.calculator import NAME as CALCULATOR
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.integration  # the calculator evaluates in a work process
 
 QUESTION, ANSWER = "Tom reads 12 pages a day for 6 days. How many pages?", "72"
 SCRIPT = [tool_call(CALCULATOR, expression="12*6"), "#### 72"]

@@ -17,7 +17,7 @@ from recipes.gsm8k.tool_sets import get_tool_set
 from recipes.tracing.shaping import CHAT_OP, ROLLOUT_SUMMARY, TOKEN_FIELDS, TextOnlyTracer
 from tools.calculator import NAME as CALCULATOR
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.integration  # the calculator evaluates in a work process
 
 PROJECT = "gsm8k-tracing-test"
 QUESTIONS = {
