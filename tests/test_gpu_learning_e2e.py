@@ -64,7 +64,7 @@ def test_prepare_only_leaves_a_small_self_describing_folder_and_trains_no_grpo(p
                      r"1024: SGLang and FlashInfer serve it, tool tags one token each$", out, re.M), out[-3000:]
     assert "DRY_RUN=1: preflight passed, nothing started; the launch would run (profile gpu_learn)" in out
     assert re.search(r"hardware +1 node\(s\) x 1 GPU\(s\); rollout sglang", out)
-    assert f"validation ['{folder}/data/test.parquet', '{folder}/data_notools/test.parquet']" in out
+    assert f"validation {folder}/data/test.parquet,{folder}/data_notools/test.parquet" in out
     assert re.search(rf"schedule +{GRPO_STEPS} steps \(trainer.total_training_steps\); validation every {GRPO_STEPS} "
                      r"steps", out)
     config = (folder / "launch_config.yaml").read_text()

@@ -174,17 +174,18 @@ def test_the_node_gpus_actor_peak_is_the_memory_plans_and_the_log_prob_passes_ta
     runs the log-prob passes at the profile's 16 (forward only) where the update needs 4; a smaller GPU fits fewer."""
     from harness.probe import memory_fit
     from harness.probe.share import share_of
+    from recipes.config_view import ConfigView
     from recipes.preflight import memory
 
     share = share_of(_composed("8xh100", tmp_path=tmp_path), "8xh100").sized_down(32, 16, 1024, 4, "sglang",
                                                                                   log_prob_micro_batch=16)
     planned, one, size = _planned(tmp_path, share, "qwen2.5-3b")
-    node_plan = memory.plan_memory(_composed("8xh100", tmp_path=tmp_path), size, "", 79.6, "")
+    node_plan = memory.plan_memory(ConfigView.of(_composed("8xh100", tmp_path=tmp_path)), size, "", 79.6, "")
     assert planned.node.phase == "training" and planned.node.gib == pytest.approx(
         node_plan.phases["training"] - memory.CONTEXT_GIB - memory.SGLANG_OVERHEAD_GIB)
     assert 40 < planned.node.gib < 60 and planned.node.plan.params == pytest.approx(46.0 / 8 / 4, rel=0.01)
     assert [memory_fit.log_prob_micro_batch(one, size, gpu, 4, 16) for gpu in (79.6, 40, 24)] == [16, 8, 4]
-    with_16 = memory.plan_memory(memory_fit.with_micro_batches(one, 4, 16), size, "", 79.6, "")
+    with_16 = memory.plan_memory(ConfigView.of(memory_fit.with_micro_batches(one, 4, 16)), size, "", 79.6, "")
     assert with_16.phases["old log-probs"] <= memory.FIX_MARGIN * 79.6 < with_16.phases["training"] + 20
 
 

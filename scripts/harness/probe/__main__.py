@@ -164,7 +164,7 @@ class Probe:
         from recipes.launch.knobs import Knobs, compose_launch_config
 
         k = self.knobs
-        gpu, source = memory_fit.gpu_memory(gpu_total_gib())
+        gpu, source = memory_fit.gpu_memory(gpu_total_gib(), self.node_config)
         profile = CPU_PROFILE if k.device == "cpu" else k.profile
         one = compose_launch_config(Knobs(profile=profile, model_path=str(model), data_dir=str(k.work / "data"),
                                           n_gpus_per_node="1", nnodes="1"), self.overrides(share))

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from omegaconf import DictConfig, OmegaConf
 
+from recipes.config_view import ConfigView
 from recipes.models import ModelSize
 from recipes.preflight import memory
 
@@ -41,7 +42,7 @@ def with_micro_batches(config: DictConfig, update: int, log_prob: int) -> DictCo
 
 def actor_peak(config: DictConfig, size: ModelSize, gpu_gib: float) -> ActorPeak:
     """The actor's planned peak over its phases (torch's memory: what verl's max_memory_allocated counts)."""
-    plan = memory.plan_memory(config, size, "the probe's model", gpu_gib, "the probe")
+    plan = memory.plan_memory(ConfigView.of(config), size, "the probe's model", gpu_gib, "the probe")
     asleep = memory.SGLANG_OVERHEAD_GIB + (0.0 if plan.sglang_alternates else plan.sglang_weights + plan.sglang_kv)
     actor = {phase: plan.phases[phase] - memory.CONTEXT_GIB - asleep for phase in ACTOR_PHASES if phase in plan.phases}
     phase = max(actor, key=actor.get)
@@ -53,7 +54,7 @@ def log_prob_micro_batch(config: DictConfig, size: ModelSize, gpu_gib: float, up
     fits on this GPU with its margin for error (memory.FIX_MARGIN), the update at `update`."""
     candidate = wanted
     while candidate > update:
-        plan = memory.plan_memory(with_micro_batches(config, update, candidate), size, "", gpu_gib, "")
+        plan = memory.plan_memory(ConfigView.of(with_micro_batches(config, update, candidate)), size, "", gpu_gib, "")
         forward = [plan.phases[p] for p in ("old log-probs", "reference log-probs") if p in plan.phases]
         if max(forward) <= memory.FIX_MARGIN * gpu_gib:
             return candidate
@@ -72,7 +73,11 @@ class Planned:
     node: ActorPeak  # a GPU of the profile's node: its share of the state, the profile's micro-batches
 
 
-def gpu_memory(measured: float | None) -> tuple[float, str]:
+def gpu_memory(measured: float | None, node_config: DictConfig) -> tuple[float, str]:
+    """This GPU's memory: nvidia-smi's, else (no GPU here) the card the profile is for."""
     if measured:
         return measured, "nvidia-smi"
-    return float(memory.DEFAULT_GPU_MEMORY_GB), f"no GPU here: an {memory.DEFAULT_GPU_MEMORY_GB} GB one assumed"
+    card = ConfigView.of(node_config).card_gb
+    if not card:
+        raise ValueError("no GPU here and the profile names no card (recipe.gpu_memory_gb): nothing to plan for")
+    return float(card), f"no GPU here: the card the profile is for, {card:g} GB (recipe.gpu_memory_gb)"
