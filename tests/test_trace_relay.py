@@ -241,3 +241,23 @@ def test_answers_remembered_at_once_by_many_workers_do_not_collide(tmp_path):
         thread.join()
     assert errors == [] and spool.read_json("viewer.json")["viewer"]["i"] == 199
     assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_a_relay_started_with_sigterm_blocked_still_stops_on_sigterm(tmp_path):
+    """A Ray node kept through a preemption blocks SIGTERM for all it starts (recipes/launch/ray_nodes.py `hold`),
+    the node's relay keeper and relay included: the relay's stop is still a SIGTERM, answered at once, not after the
+    keeper's drain timeout."""
+    import signal
+
+    from testkit.relay_process import RelayProcess
+
+    relay = RelayProcess(tmp_path / "spool", "--offline", "--entity", "e",
+                         preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM}))
+    relay.process.send_signal(signal.SIGTERM)
+    try:
+        out = relay.process.communicate(timeout=30)[0]
+    except subprocess.TimeoutExpired:
+        relay.process.kill()
+        pytest.fail("a relay started with SIGTERM blocked did not stop on SIGTERM within 30 s")
+    assert relay.process.returncode == 0, out
+    assert "trace relay stopped" in out, out

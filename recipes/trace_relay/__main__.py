@@ -97,6 +97,9 @@ def main(argv: list[str] | None = None, upload_help: dict | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per forwarded request otherwise
     if args.command == "serve":
+        # a relay started by a Ray node kept through a preemption (recipes/launch/ray_nodes.py `hold`) inherits a
+        # blocked SIGTERM: its stop would wait in the kernel, and the run's end the keeper's whole drain timeout
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGHUP})
         refusal = _open_to_anyone(args)
         if refusal:
             print(f"error: trace relay not started: {refusal}", file=sys.stderr)
