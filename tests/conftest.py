@@ -137,7 +137,8 @@ def pytest_collection_modifyitems(config, items):
 def pytest_xdist_make_scheduler(config, log):
     """--dist loadfile (scripts/run_tests.sh), but the files that launch main_ppo (the e2e tier) are one unit of work,
     run one after another on one worker, first: one launch holds about half of a 24 GB machine
-    (docs/measured.md#smoke_cpu_ram_gb), two at once could fail for memory. The other worker takes whole files
+    (docs/measured.md#smoke_cpu_ram_gb), two at once could fail for memory; and the SLURM files share one SLURM of
+    namespaced nodes (two at once would claim the same node names and bridge). The other worker takes whole files
     meanwhile; each worker takes more files when it runs out."""
     if config.getoption("dist") != "loadfile":
         return None

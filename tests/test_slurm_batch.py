@@ -21,7 +21,7 @@ import pytest
 from harness import cpu_run
 from recipes.constants import REPO_ROOT
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]  # SLURM: with the preempt test, on its worker
 TERM_BLOCKED = 1 << (signal.SIGTERM - 1)
 RAY_PROCESSES = ("gcs_server", "raylet", "ray start", "ray::")
 
