@@ -61,6 +61,15 @@ def look(where, data):
 held = {}  # path -> a file opened the moment it appeared: read once written, even if Ray deletes it at once
 
 
+def look_at_processes(part, what):
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/{part}", "rb") as handle:
+                look(f"{what} of pid {pid}", handle.read())
+        except OSError:
+            pass
+
+
 def hold(path):
     try:
         held.setdefault(path, os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK))
@@ -116,12 +125,7 @@ while True:
     loops += 1
     if loops % 4 == 0:
         counts["command line scans"] += 1
-        for pid in filter(str.isdigit, os.listdir("/proc")):
-            try:
-                with open(f"/proc/{pid}/cmdline", "rb") as handle:
-                    look(f"the command line of pid {pid}", handle.read())
-            except OSError:
-                pass
+        look_at_processes("cmdline", "the command line")
     if inotify in ready:
         try:
             data = os.read(inotify, 1 << 16)
@@ -147,12 +151,7 @@ for root in roots:  # and everything left at the end
     for folder, _, files in os.walk(root, onerror=lambda err: None):
         for name in files:
             read(os.path.join(folder, name))
-for pid in filter(str.isdigit, os.listdir("/proc")):
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as handle:
-            look(f"the environment of pid {pid}", handle.read())
-    except OSError:
-        pass
+look_at_processes("environ", "the environment")
 print(json.dumps({"found": sorted(found), **counts}), flush=True)
 """
 
