@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -40,14 +42,15 @@ def _submit(slurm: dict, log: Path, **knobs: str) -> tuple[str, dict]:
     return job_id.strip().split(";")[0], env
 
 
-def _wait_state(env: dict, job_id: str, done, timeout_s: float = 300) -> dict[str, str]:
+def _wait_state(env: dict, job_id: str, done, timeout_s: float = 300, log: Path | None = None) -> dict[str, str]:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         job = _job(env, job_id)
         if done(job):
             return job
         time.sleep(1)
-    raise AssertionError(f"job {job_id}: {_job(env, job_id)}")
+    said = log.read_text()[-4000:] if log is not None and log.exists() else ""
+    raise AssertionError(f"job {job_id}: {_job(env, job_id)}\n{said}")
 
 
 def test_an_allocation_without_gpus_is_refused_in_one_line_before_anything_starts(slurm_nodes, tmp_path):
@@ -63,19 +66,33 @@ def test_an_allocation_without_gpus_is_refused_in_one_line_before_anything_start
     assert "[ray_nodes]" not in text and "Ray runtime started" not in text
 
 
+def _late_srun(folder: Path, env: dict) -> str:
+    """A PATH whose `srun` launches the `watch` step seconds late and loses a signal meanwhile, as a busy node's srun
+    does with one that comes before its step exists (the first stop of a job stopped while Ray starts)."""
+    real = shutil.which("srun", path=env["PATH"])
+    folder.mkdir()
+    wrapper = folder / "srun"
+    wrapper.write_text(f'#!/usr/bin/env bash\ncase " $* " in *" watch "*) trap : USR2; sleep 4 ;; esac\n'
+                       f'exec {shlex.quote(real)} "$@"\n')
+    wrapper.chmod(0o755)
+    return f"{folder}:{env['PATH']}"
+
+
 def test_a_stop_before_the_launcher_runs_requeues_the_job_and_stops_ray(slurm_nodes, tmp_path):
     """USR1 as soon as the script says it started: the traps come first, so the batch shell lives, says it, stops the
-    Ray head it started and requeues; nothing was trained. A CPU profile needs no GPUs; the head's address is node0's
-    first (on an interface that reaches nothing, said with the others and the knobs that choose)."""
+    Ray head it started and requeues; nothing was trained. The stop reaches a step that srun launches late (it is
+    sent again until every step has ended). A CPU profile needs no GPUs; the head's address is node0's first (on an
+    interface that reaches nothing, said with the others and the knobs that choose)."""
     from testkit import namespaced_nodes
 
     log = tmp_path / "job.out"
-    job_id, env = _submit(slurm_nodes, log, PROFILE="cpu_smoke", RAY_HEAD_ARGS="--include-dashboard=false")
+    path = _late_srun(tmp_path / "bin", {**os.environ, **slurm_nodes["env"]})
+    job_id, env = _submit(slurm_nodes, log, PROFILE="cpu_smoke", RAY_HEAD_ARGS="--include-dashboard=false", PATH=path)
     try:
         cpu_run.wait_for(log, r"\[sbatch\] job \d+, start 1", None, 300)
         subprocess.run(["scancel", "--signal=USR1", "--batch", job_id], env=env, check=True)
         job = _wait_state(env, job_id, lambda j: (j.get("Restarts"), j.get("JobState")) == ("1", "PENDING") or
-                          j.get("JobState") in ("FAILED", "COMPLETED", "CANCELLED"))
+                          j.get("JobState") in ("FAILED", "COMPLETED", "CANCELLED"), log=log)
     finally:
         subprocess.run(["scancel", job_id], env=env)
     text = log.read_text()
