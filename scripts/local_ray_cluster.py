@@ -32,6 +32,7 @@ from pathlib import Path
 
 RAY = str(Path(sys.executable).with_name("ray"))
 STATE = "cluster.json"
+STOP_GRACE_S = 3  # then SIGKILL: a cluster of this machine's own, nothing in it to save
 
 
 def free_port() -> int:
@@ -181,8 +182,8 @@ def stop(directory: Path, keep_logs: bool = False) -> int:
             proc.terminate()
         except psutil.Error:
             pass
-    _, alive = psutil.wait_procs(procs, timeout=10)
-    for proc in alive:  # some of Ray's processes outlive SIGTERM for 30 s and more
+    _, alive = psutil.wait_procs(procs, timeout=STOP_GRACE_S)
+    for proc in alive:  # Ray's GCS and raylets take SIGTERM as a graceful stop that can last 30 s and more
         try:
             proc.kill()
         except psutil.Error:

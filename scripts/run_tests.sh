@@ -10,9 +10,10 @@ set -euo pipefail
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 . "$REPO_ROOT/scripts/python_env.sh"
 PYTHON=${PYTHON:-}       # empty: the active venv, else the project's CPU env (.venv), as scripts/python_env.sh says
-# pytest-xdist workers, whole test files each (module fixtures such as the end-to-end run happen once). Half of
-# the suite waits on subprocesses, loopback servers and Ray, so 2 workers fill 2 cores (3 oversubscribe them).
-PYTEST_WORKERS=${PYTEST_WORKERS:-2}
+# pytest-xdist workers, whole test files each (module fixtures such as the end-to-end run happen once). Much of
+# the suite waits on subprocesses, loopback servers and Ray: on 2 cores 3 workers finish sooner than 2
+# (docs/testing.md#tiers)
+PYTEST_WORKERS=${PYTEST_WORKERS:-3}
 
 use_python cpu
 cd "$REPO_ROOT"

@@ -198,9 +198,7 @@ def stop(folder: Path) -> None:
             continue
     for pid in state["pids"].values():
         for _ in range(100):
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
+            if _ended(pid):
                 break
             time.sleep(0.1)
         else:
@@ -213,6 +211,19 @@ def stop(folder: Path) -> None:
 
         namespaced_nodes.remove(state["net"])
     path.unlink()
+
+
+def _ended(pid: int) -> bool:
+    """Gone, or a child of this process that has exited (reaped here: a zombie answers kill(pid, 0) until then)."""
+    try:
+        return os.waitpid(pid, os.WNOHANG)[0] == pid
+    except ChildProcessError:  # not this process's child: another process reaps it
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,6 +25,8 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import urllib3  # noqa: F401  its import binds a socket (urllib3.util.connection probes IPv6): not a test's doing
+
 TIERS = ("unit", "integration", "e2e", "repo", "bench")
 
 
