@@ -27,7 +27,7 @@ from pathlib import Path
 from recipes.constants import REPO_ROOT, SHARED_DIR
 
 E2E_FILE = "tests/test_e2e_cpu.py"
-QUICK_TEST = "tests/test_calculator.py"  # seconds, no fixture beyond the repo itself
+QUICK_TEST = "tests/test_arithmetic.py"  # seconds, no fixture beyond the repo itself
 SESSION_START = re.compile(r"^=+ test session starts =+$")
 DURATION = re.compile(r"^\s*([0-9.]+)s (?:setup|call|teardown)\s+(\S+?)::")
 PASSED = re.compile(r"\b(\d+) passed\b")
