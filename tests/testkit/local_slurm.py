@@ -191,39 +191,27 @@ def stop(folder: Path) -> None:
                        timeout=30)
         subprocess.run(["scancel", "--full", "--partition", state["urgent"]], env=env, capture_output=True,
                        timeout=30)
+    import psutil
+
+    daemons = []
     for pid in state["pids"].values():
         try:
+            daemons.append(psutil.Process(pid))
             os.killpg(pid, signal.SIGTERM)
-        except ProcessLookupError:
+        except (psutil.NoSuchProcess, ProcessLookupError):
             continue
-    for pid in state["pids"].values():
-        for _ in range(100):
-            if _ended(pid):
-                break
-            time.sleep(0.1)
-        else:
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+    # psutil reaps the ones that are this process's children: a zombie would answer kill(pid, 0) until then
+    _, alive = psutil.wait_procs(daemons, timeout=10)
+    for proc in alive:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
     if state.get("net"):
         from testkit import namespaced_nodes
 
         namespaced_nodes.remove(state["net"])
     path.unlink()
-
-
-def _ended(pid: int) -> bool:
-    """Gone, or a child of this process that has exited (reaped here: a zombie answers kill(pid, 0) until then)."""
-    try:
-        return os.waitpid(pid, os.WNOHANG)[0] == pid
-    except ChildProcessError:  # not this process's child: another process reaps it
-        pass
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
 
 
 def main(argv: list[str] | None = None) -> int:
