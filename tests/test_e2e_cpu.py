@@ -1,6 +1,7 @@
 """verl's real `main_ppo`, end to end on the CPU: scripts/smoke_cpu.sh (the recipe's launcher, preflight and config
-with PROFILE=cpu_smoke) trains two GRPO steps, validates, checkpoints, resumes into a third step and writes the
-reports. One run (its time: docs/measured.md#smoke_cpu_minutes) in a subprocess; each test reads one kind of
+with PROFILE=cpu_smoke) trains two GRPO steps, validates, checkpoints and writes the reports; then the exported
+checkpoint is evaluated. One launch (RESUME_CHECK=0: resuming from the checkpoint, and the weights the resumed trainer
+syncs, are tests/test_preempt.py's, whose run stops and resumes anyway) in a subprocess; each test reads one kind of
 evidence it left: logs with step metrics, the rollout servers' weight checksums, dumps, checkpoints, reports.
 
 Select or skip it with `-m e2e` / `-m "not e2e"`. CPU_SMOKE_TIMEOUT (seconds) bounds the whole run;
@@ -10,7 +11,7 @@ environment (e.g. TRACE, LOGGER), as scripts/smoke_cpu.sh takes them.
 
 The stand-ins (scripts/harness/cpu_backend) are the platform, the FSDP2 engine registration and the rollout server; the
 server writes a calculator call in one of every two first turns of a prompt (a random model never does), and
-everything else (agent loop, tools, reward, GRPO, FSDP2 update, checkpoint, resume) is verl's and the recipe's.
+everything else (agent loop, tools, reward, GRPO, FSDP2 update, checkpoint) is verl's and the recipe's.
 Tracing is on, against a W&B stand-in on 127.0.0.1 (scripts/harness/standins/weave_http_server.py), with agent-loop
 worker UNTRACED_WORKER's weave.init made to fail (tests/testkit/trace_fault.py): the other worker's traces must all
 arrive, and the run must train on. The trace budget is set below one GRPO group a step (TRACE_GB_PER_DAY): clamped
@@ -51,7 +52,7 @@ ROLLOUT_N, PROMPTS_PER_STEP, VAL_PROMPTS = 2, 2, 4  # config/profile/cpu_smoke.y
 AGENT_WORKERS, UNTRACED_WORKER = 2, 0  # rollout.agent.num_workers; the worker whose weave.init fails
 TRACING_WORKER = 1 - UNTRACED_WORKER
 TRACE_GB_PER_DAY = "0.001"  # below one group a step: clamped to 1 GRPO group a step, the workers in turn
-TRAIN_STEPS, VAL_STEPS = (1, 2, 3), (0, 2, 3)  # generate_sequences calls: training steps, validations
+TRAIN_STEPS, VAL_STEPS = (1, 2), (0, 2)  # generate_sequences calls: training steps, validations
 # what the smoke sets per run (or a user's shell might carry into it); anything else passes on (TRACE, LOGGER, ...)
 _NOT_PASSED_ON = ("RAY_", "VERL_", "WORK_DIR", "OUTPUT_DIR", "PROFILE", "DATA_DIR", "MODEL_PATH", "GSM8K_DIR",
                   "RESUME_CHECK", "TRAIN_ROWS", "TEST_ROWS", "EXPERIMENT_NAME", "SUBMIT", "RECIPE_RESOLVED", "DRY_RUN",
@@ -83,8 +84,7 @@ class Smoke:
     stdout: str
     wall_s: float
     train: Launch
-    resume: Launch
-    calls: list[dict]  # every trace call the loopback W&B received, both launches
+    calls: list[dict]  # every trace call the loopback W&B received
     write_bytes: dict[str, int]  # the bytes of the trace writes it received, by route
 
 
@@ -118,6 +118,7 @@ def smoke(tmp_path_factory, shared_gsm8k_dir_or_mini) -> Smoke:
     work = tmp_path_factory.mktemp("cpu_smoke")
     env = {k: v for k, v in os.environ.items() if not k.startswith(_NOT_PASSED_ON)}
     env.update(PYTHON=sys.executable, WORK_DIR=str(work), GSM8K_DIR=str(shared_gsm8k_dir_or_mini), TRACE="on",
+               RESUME_CHECK="0",
                TRACE_GB_PER_DAY=TRACE_GB_PER_DAY, WANDB_ERROR_REPORTING="false", VERL_USE_EXTERNAL_MODULES=FAULT_MODULE,
                **{UNTRACED_WORKER_ENV: str(UNTRACED_WORKER)})
     args = [NO_LENGTH_FILTER, *shlex.split(os.environ.get("CPU_SMOKE_OVERRIDES", ""))]
@@ -155,8 +156,8 @@ def _smoke(work: Path, stdout: str, wall_s: float) -> Smoke:
     output = work / "outputs"
     calls = json.loads((output / "logs" / TRACE_CALLS_FILE).read_text())
     write_bytes = json.loads((output / "logs" / WRITE_BYTES_FILE).read_text())
-    return Smoke(output=output, stdout=stdout, wall_s=wall_s, train=_launch(output, "train"),
-                 resume=_launch(output, "resume"), calls=calls, write_bytes=write_bytes)
+    return Smoke(output=output, stdout=stdout, wall_s=wall_s, train=_launch(output, "train"), calls=calls,
+                 write_bytes=write_bytes)
 
 
 @pytest.fixture(scope="module")
@@ -214,40 +215,33 @@ def test_the_agent_loop_calls_the_recipes_calculator_and_the_reward_pays_for_it(
 
 
 def test_rollout_and_validation_dumps_and_the_reports_are_written(smoke):
-    for step in (1, 2, 3):
+    for step in TRAIN_STEPS:
         assert len((smoke.output / "rollouts" / f"{step}.jsonl").read_text().splitlines()) == \
             PROMPTS_PER_STEP * ROLLOUT_N
-    for step in (0, 2, 3):
+    for step in VAL_STEPS:
         lines = (smoke.output / "validation" / f"{step}.jsonl").read_text().splitlines()
         assert len(lines) == VAL_PROMPTS and all("score" in json.loads(line) for line in lines)
     report = (smoke.output / "report" / "report.md").read_text()
-    assert "## train rollouts: steps 1-3" in report and (smoke.output / "report" / "steps.png").stat().st_size > 0
+    assert "## train rollouts: steps 1-2" in report and (smoke.output / "report" / "steps.png").stat().st_size > 0
     summary = json.loads((smoke.output / "validation" / "summary.json").read_text())
-    assert summary["step"] == 3 and summary["answers"] == VAL_PROMPTS
+    assert summary["step"] == TRAIN_STEPS[-1] and summary["answers"] == VAL_PROMPTS
     assert re.search(r"^RESULT strict_acc=\S+ flexible_acc=\S+ tool_calls_per_answer=\S+$", smoke.stdout, re.M)
 
 
-def test_a_second_launch_resumes_from_the_checkpoint_into_step_three(smoke):
+def test_the_last_step_is_checkpointed_and_the_run_started_from_scratch(smoke):
     checkpoints = smoke.output / "checkpoints"
     assert (checkpoints / "global_step_2" / "actor").is_dir()
-    assert (checkpoints / "latest_checkpointed_iteration.txt").read_text().strip() == "3"
-    assert sorted(smoke.resume.metrics) == [3], f"resumed launch logged steps {sorted(smoke.resume.metrics)}"
-    assert smoke.resume.metrics[3]["actor/grad_norm"] > 0
-    resumed = smoke.resume.weights()
-    # the resumed trainer's first sync sends exactly the weights the first launch ended with
-    assert resumed[2] == smoke.train.weights()[2], (resumed.get(2), smoke.train.weights()[2])
-    assert resumed[3] != resumed[2]
-    assert re.search(r"Resuming from \S*global_step_2", smoke.resume.log)
+    assert (checkpoints / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
     assert "Training from scratch" in smoke.train.log
 
 
 def test_every_trajectory_of_the_tracing_worker_arrives_with_its_reward_and_the_failing_worker_trains_untraced(smoke):
-    # the failing worker: its real weave.init failed in both launches, the recipe's guard turned its tracing off
-    for launch in (smoke.train, smoke.resume):
-        assert re.search(rf"\[cpu-smoke\] agent_loop_worker_{UNTRACED_WORKER}_\w+: weave pointed at closed port",
-                         launch.log), "the fault was not injected into the chosen agent-loop worker"
-        assert len(re.findall(r"Weave tracing is OFF for this run: weave\.init\(", launch.log)) == 1, \
-            "exactly one agent-loop worker's weave.init should fail"
+    # the failing worker: its real weave.init failed, the recipe's guard turned its tracing off
+    log = smoke.train.log
+    assert re.search(rf"\[cpu-smoke\] agent_loop_worker_{UNTRACED_WORKER}_\w+: weave pointed at closed port", log), \
+        "the fault was not injected into the chosen agent-loop worker"
+    assert len(re.findall(r"Weave tracing is OFF for this run: weave\.init\(", log)) == 1, \
+        "exactly one agent-loop worker's weave.init should fail"
     # the tracing worker: verl hands each worker an equal slice of every generate_sequences batch, and under the
     # budget of 1 group a step the workers trace 1 prompt in turn (recipes.tracing.volume.groups_on_worker): the
     # tracing worker's turns are the steps it traces (all rollouts of its prompt); validation has n=1
@@ -293,12 +287,12 @@ def test_each_trace_root_shows_the_score_the_trainer_used_for_that_trajectory(sm
 
 
 def test_the_budget_is_clamped_to_one_group_a_step_and_said_so(smoke):
-    for launch in (smoke.train, smoke.resume):
-        assert f"[traces] TRACE_GB_PER_DAY={TRACE_GB_PER_DAY} is below one GRPO group a step" in launch.log
-        assert "tracing 1 group a step (clamped)" in launch.log
-        assert re.search(r"^\[traces\] weave, 1 GRPO group\(s\) a step \(1 prompt on 1 of the 2 agent-loop workers, "
-                         r"in turn, all 2 rollouts, one Weave thread each\) = 2 traced trajectories; ~[\d.]+ MB a step",
-                         launch.log, re.M), launch.log[-3000:]
+    log = smoke.train.log
+    assert f"[traces] TRACE_GB_PER_DAY={TRACE_GB_PER_DAY} is below one GRPO group a step" in log
+    assert "tracing 1 group a step (clamped)" in log
+    assert re.search(r"^\[traces\] weave, 1 GRPO group\(s\) a step \(1 prompt on 1 of the 2 agent-loop workers, "
+                     r"in turn, all 2 rollouts, one Weave thread each\) = 2 traced trajectories; ~[\d.]+ MB a step",
+                     log, re.M), log[-3000:]
 
 
 def test_each_traced_group_is_one_thread_whose_roots_carry_verls_advantages(smoke):
@@ -335,7 +329,7 @@ def test_each_traced_group_is_one_thread_whose_roots_carry_verls_advantages(smok
 
 
 def test_wandb_received_the_trace_bytes_the_relay_counted(smoke):
-    """What the relay says it sent (its spool's count over both launches, OUTPUT_DIR/trace_relays.json) is what W&B
+    """What the relay says it sent (its spool's count, OUTPUT_DIR/trace_relays.json) is what W&B
     (the stand-in) received in the trace writes' bodies, within 5%."""
     relays = json.loads((smoke.output / "trace_relays.json").read_text())["nodes"]
     sent = sum(node["sent_bytes"] for node in relays)
@@ -347,10 +341,10 @@ def test_wandb_received_the_trace_bytes_the_relay_counted(smoke):
 
 
 def test_the_console_says_once_where_the_traces_are_and_prints_no_link_per_call(smoke):
-    for launch in (smoke.train, smoke.resume):
-        links = [line for line in launch.log.splitlines() if "🍩" in line or "/r/call/" in line]
-        assert not links, f"{len(links)} per-call weave links, e.g. {links[0]}"
-        assert sum(line.startswith("[traces] Weave traces") for line in launch.log.splitlines()) == 1, launch.log
+    lines = smoke.train.log.splitlines()
+    links = [line for line in lines if "🍩" in line or "/r/call/" in line]
+    assert not links, f"{len(links)} per-call weave links, e.g. {links[0]}"
+    assert sum(line.startswith("[traces] Weave traces") for line in lines) == 1, smoke.train.log
 
 
 def test_the_exported_final_checkpoint_scores_through_the_cpu_eval_path(smoke, tmp_path):
@@ -367,8 +361,9 @@ def test_the_exported_final_checkpoint_scores_through_the_cpu_eval_path(smoke, t
     # named by the launch's own hydra config (the folder is only "outputs"), for the evaluation's name
     record = json.loads((model / "exported_from.json").read_text())
     assert (record["experiment"], record["step"]) == ("gsm8k_cpu_smoke", TRAIN_STEPS[-1]), record
+    # one CPU rank and rollout replica (the profile has two): what is checked is the eval's path, not its division
     env.update(DEVICE="cpu", MODEL_PATH=str(model), DATA_DIR=str(smoke.output.parent / "data"),
-               OUTPUT_DIR=str(tmp_path / "eval"))
+               OUTPUT_DIR=str(tmp_path / "eval"), N_GPUS_PER_NODE="1")
     proc = subprocess.run(["bash", str(REPO_ROOT / "scripts" / "eval_gsm8k.sh"), NO_LENGTH_FILTER], env=env, text=True,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                           timeout=600, start_new_session=True)
@@ -380,17 +375,16 @@ def test_the_exported_final_checkpoint_scores_through_the_cpu_eval_path(smoke, t
 
 
 def test_hydra_keeps_each_launchs_config_under_the_run_not_in_the_repo(smoke):
-    """hydra's run folder (main_ppo's log and composed config) is <OUTPUT_DIR>/hydra/<time>/, one per launch; by
-    default it was ./outputs/<date>/<time>/ in the repo, whatever OUTPUT_DIR said."""
+    """hydra's run folder (main_ppo's log and composed config) is <OUTPUT_DIR>/hydra/<time>/, one per launch (a
+    resumed launch's beside it: tests/test_preempt.py); by default it was ./outputs/<date>/<time>/ in the repo,
+    whatever OUTPUT_DIR said."""
     import yaml
 
     configs = sorted((smoke.output / "hydra").glob("*/.hydra/config.yaml"))
-    assert len(configs) == 2, configs  # the training launch, then the resumed one
-    trainers = [yaml.safe_load(c.read_text())["trainer"] for c in configs]
-    assert {t["experiment_name"] for t in trainers} == {"gsm8k_cpu_smoke"}
-    assert [t["total_training_steps"] for t in trainers][1] == TRAIN_STEPS[-1]  # the resume's own override
-    for config in configs:
-        assert (config.parent.parent / "main_ppo.log").exists()
+    assert len(configs) == 1, configs
+    trainer = yaml.safe_load(configs[0].read_text())["trainer"]
+    assert (trainer["experiment_name"], trainer["total_training_steps"]) == ("gsm8k_cpu_smoke", TRAIN_STEPS[-1])
+    assert (configs[0].parent.parent / "main_ppo.log").exists()
 
 
 def test_a_clean_run_ends_without_a_traceback_and_without_the_lines_the_launcher_silences(smoke):
@@ -399,14 +393,13 @@ def test_a_clean_run_ends_without_a_traceback_and_without_the_lines_the_launcher
     by signal" inside an atexit callback, although the run succeeded; the recipe loads prompts in-process
     (data.dataloader_num_workers: 0). No process prints what recipes/launch/console.py filters (verl's unused
     engines) or Ray's notice that it picked token authentication."""
-    for name, launch in (("train", smoke.train), ("resume", smoke.resume)):
-        lines = launch.log.splitlines()
-        last = max(i for i, line in enumerate(lines) if _STEP_LINE.search(line))
-        after = "\n".join(lines[last + 1:])
-        assert not re.search(r"Traceback|Exception ignored|Error\b", after), f"logs/{name}.log after its last step:\n" \
-            f"{after[-4000:]}"
-        for line in ("engine is not available", "Token authentication is enabled"):
-            assert line not in launch.log, f"logs/{name}.log prints {line!r}"
+    lines = smoke.train.log.splitlines()
+    last = max(i for i, line in enumerate(lines) if _STEP_LINE.search(line))
+    after = "\n".join(lines[last + 1:])
+    assert not re.search(r"Traceback|Exception ignored|Error\b", after), f"logs/train.log after its last step:\n" \
+        f"{after[-4000:]}"
+    for line in ("engine is not available", "Token authentication is enabled"):
+        assert line not in smoke.train.log, f"logs/train.log prints {line!r}"
 
 
 def test_the_smoke_ends_with_its_source_report_pass_rule_and_result_line(smoke):
@@ -415,16 +408,16 @@ def test_the_smoke_ends_with_its_source_report_pass_rule_and_result_line(smoke):
     said = {line.split(":", 1)[0]: line for line in lines if line.startswith("[smoke_cpu] ")}
     assert said["[smoke_cpu] GSM8K"].startswith("[smoke_cpu] GSM8K: ") and "report.md" in said["[smoke_cpu] report"]
     assert f"{smoke.output}/report/report.md" in said["[smoke_cpu] report"]
-    assert said["[smoke_cpu] passed"].startswith("[smoke_cpu] passed: steps 1-2 trained, then step 3 resumed from "
-                                                 "the step-2 checkpoint. A pass is exit status 0")
+    assert said["[smoke_cpu] passed"].startswith("[smoke_cpu] passed: steps 1-2 trained (RESUME_CHECK=0: no resume). "
+                                                 "A pass is exit status 0")
     assert "[smoke_cpu] python: " in smoke.stdout  # which interpreter, and why
 
 
 def test_the_progress_watchdog_follows_both_launches_and_raises_no_alarm(smoke):
     """On by default: it read main_ppo's output (its progress lines included) and never found the run stalled."""
-    for launch, last in ((smoke.train, "the final validation"), (smoke.resume, "the final validation")):
-        assert "[stall] progress watchdog on: a report and STALL_ACTION=stop after 60 min" in launch.log
-        end = re.search(r"\[stall\] watchdog: no stall; last progress: ([^;]+); (\d+) lines", launch.log)
-        assert end and end.group(1) == last and int(end.group(2)) > 100, launch.log[-3000:]
-        assert "[stall] likely culprit" not in launch.log
+    log = smoke.train.log
+    assert "[stall] progress watchdog on: a report and STALL_ACTION=stop after 60 min" in log
+    end = re.search(r"\[stall\] watchdog: no stall; last progress: ([^;]+); (\d+) lines", log)
+    assert end and end.group(1) == "the final validation" and int(end.group(2)) > 100, log[-3000:]
+    assert "[stall] likely culprit" not in log
     assert not (smoke.output / "stall").exists()

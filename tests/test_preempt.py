@@ -15,6 +15,8 @@ exits 75 with its one line and no Ray signal dump, the script stops Ray and requ
 starts the job again on the same two nodes (the test skips SLURM's requeue delay, `scontrol update StartTime=now`) and
 the same command resumes at step 3 and trains only it, with the data order the first start would have had. W&B
 continues the same run id; the traces of every step arrive exactly once across both starts, from both nodes' relays.
+The resumed trainer's first weight sync to the rollout servers is the checkpointed weights (the CPU servers' checksums,
+CPU_ROLLOUT_EVENTS): the CPU end-to-end run (tests/test_e2e_cpu.py) does not resume, this run does.
 Two launches in all; the one-node checks (token, requeue, resume) are the same job's.
 
 Where namespaces cannot be made, the same run goes through a one-node SLURM (USR1 to the batch script), and where SLURM
@@ -38,6 +40,7 @@ from pathlib import Path
 import pytest
 
 from harness import cpu_run
+from harness.cpu_backend.server import EVENTS_ENV
 from local_ray_cluster import free_port
 from recipes.constants import REPO_ROOT
 from recipes.trainer.stop_request import EXIT_RESUMABLE
@@ -243,7 +246,8 @@ def preempted(request, tmp_path_factory, mini_gsm8k_dir):
     host = slurm.get("host_address", "127.0.0.1") if slurm else "127.0.0.1"
     with loopback_wandb(host=host) as wandb:  # where the nodes reach this machine
         env = cpu_run.environment(model, data, output, TRACE="on", LOGGER="console,wandb", WANDB_MODE="offline",
-                                  WANDB_DIR=str(work), TRACE_SPOOL=str(work / "trace_spool"), **wandb.env)
+                                  WANDB_DIR=str(work), TRACE_SPOOL=str(work / "trace_spool"),
+                                  **{EVENTS_ENV: str(work / "rollout_events.jsonl")}, **wandb.env)
         env.pop("WEAVE_PRINT_CALL_LINK", None)
         run = _through_slurm(env, slurm, work) if slurm else _through_the_launcher(env, work)
         calls = wandb.storage.recorded_calls()
@@ -264,6 +268,7 @@ def test_a_stop_mid_step_saves_the_step_and_says_the_same_command_resumes(preemp
     assert saved == ["global_step_2", "global_step_3"], "the stop's checkpoint of step 2, the end's of step 3: no other"
     assert (checkpoints / "global_step_2" / "actor").is_dir()
     assert cpu_run.steps(stopped["log"]) == [1, 2], "the stopped launch trains steps 1 and 2, then ends"
+    assert "Training from scratch" in stopped["log"]
     assert _tracebacks(stopped["log"]) == [], "a stop prints no traceback (W&B's service closed before the exit)"
     lines = [line for line in stopped["log"].splitlines() if line.startswith(f"[launch] stopped ({sig})")]
     assert lines == [f"[launch] stopped ({sig}) after step 2: checkpoint of step 2 in {checkpoints}/global_step_2; "
@@ -280,6 +285,23 @@ def test_the_same_command_resumes_at_the_next_step_and_trains_only_the_rest(pree
     assert cpu_run.steps(resumed["log"]) == [3]
     assert _tracebacks(resumed["log"]) == [], "a run's end prints no traceback (W&B's service closed before the exit)"
     assert (preempted["output"] / "checkpoints" / "latest_checkpointed_iteration.txt").read_text().strip() == "3"
+    # hydra's run folder (main_ppo's log, composed config) under OUTPUT_DIR/hydra: one per start, none in the repo
+    configs = sorted((preempted["output"] / "hydra").glob("*/.hydra/config.yaml"))
+    assert len(configs) == 2 and all((c.parent.parent / "main_ppo.log").exists() for c in configs), configs
+
+
+def test_the_resumed_trainer_syncs_the_weights_the_stopped_one_saved(preempted):
+    """Each rollout server appends a checksum of every weight version it loads (CPU_ROLLOUT_EVENTS, both starts into
+    one file): the stopped start loads versions 0-2, the resumed one 2 (from the step-2 checkpoint), then 3."""
+    events = [json.loads(line) for line in (preempted["work"] / "rollout_events.jsonl").read_text().splitlines()]
+    weights = [(e["version"], e["sha256"], e["sum"]) for e in events if e["event"] == "weights"]
+    replicas = len({e["replica"] for e in events if e["event"] == "weights"})
+    versions = Counter(version for version, _, _ in weights)
+    assert replicas == 2 and versions == {0: 2, 1: 2, 2: 4, 3: 2}, (replicas, versions)
+    by_version = {v: {(sha, total) for version, sha, total in weights if version == v} for v in versions}
+    # version 2: both replicas of both starts, so the resumed start synced what the stopped one saved
+    assert all(len(seen) == 1 for seen in by_version.values()), f"replicas or starts disagree: {by_version}"
+    assert len(set().union(*by_version.values())) == 4, f"a step left the weights as they were: {by_version}"
 
 
 def test_slurm_requeues_the_job_once_and_it_ends_completed(preempted):

@@ -53,8 +53,13 @@ def calls(repo) -> list[str]:
 def install(repo):
     venv = repo / ".venv"
     return [f"-m venv {venv}",
-            f"-m pip install -q --disable-pip-version-check -r {repo}/requirements/test.txt",
-            f"-m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e {repo}"]
+            f"-m pip install -q --no-compile --disable-pip-version-check -r {repo}/requirements/test.txt",
+            "-m pip install -q --no-compile --disable-pip-version-check --no-deps --no-build-isolation "
+            f"-e {repo}",
+            f"-m compileall -q -j 0 {venv}/lib"]  # on every core, as pip would one file at a time
+
+
+COMPILE_CHECKOUT = "-m compileall -q recipes tools data_prep scripts tests"  # once, not in each process of the suite
 
 
 def test_setup_installs_the_lock_with_hashes_and_no_build_isolation_and_stamps_the_env(repo):
@@ -68,19 +73,21 @@ def test_setup_installs_the_lock_with_hashes_and_no_build_isolation_and_stamps_t
 def test_run_tests_builds_the_env_on_first_use_in_one_line_then_reuses_it(repo):
     proc = run(repo, "run_tests.sh", "-k", "data_prep")
     assert proc.returncode == 0, proc.stderr
-    assert calls(repo) == [*install(repo), "-m pytest -n 3 --dist loadfile --no-loadscope-reorder -k data_prep"]
+    assert calls(repo) == [*install(repo), COMPILE_CHECKOUT,
+                           "-m pytest -n 3 --dist loadfile --no-loadscope-reorder -k data_prep"]
     said = [line for line in proc.stderr.splitlines() if line.startswith("[run_tests]")]
     assert len(said) == 1 and "is not built yet: building it from requirements/test.txt" in said[0], proc.stderr
     assert said[0].rstrip().endswith(" s") and "ready in" in said[0]
 
     proc = run(repo, "run_tests.sh")  # built from this lock: used as it is
-    assert calls(repo) == ["-m pytest -n 3 --dist loadfile --no-loadscope-reorder"]
+    assert calls(repo) == [COMPILE_CHECKOUT, "-m pytest -n 3 --dist loadfile --no-loadscope-reorder"]
     assert "[run_tests] python: .venv (the project CPU env" in proc.stderr
 
     with (repo / "requirements" / "test.txt").open("a") as lock:
         lock.write("# changed\n")
     proc = run(repo, "run_tests.sh")  # another lock: built again
-    assert calls(repo) == [*install(repo)[1:], "-m pytest -n 3 --dist loadfile --no-loadscope-reorder"]
+    assert calls(repo) == [*install(repo)[1:], COMPILE_CHECKOUT,
+                           "-m pytest -n 3 --dist loadfile --no-loadscope-reorder"]
     assert "is older than requirements/test.txt or pyproject.toml: building it" in proc.stderr
 
 
