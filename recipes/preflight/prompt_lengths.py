@@ -19,6 +19,7 @@ from omegaconf import DictConfig
 
 from recipes.models import ModelSource, resolve_model
 from recipes.preflight.findings import Report
+from recipes.preflight.model_tokenizer import load_tokenizer
 
 
 def prompt_lengths(config: DictConfig, path: Path, tokenizer) -> list[int]:
@@ -52,11 +53,8 @@ def check_prompt_lengths(config: DictConfig, report: Report, model: ModelSource 
     files = [files] if isinstance(files, str) else list(files or [])
     if not all(Path(os.path.expanduser(f)).is_file() for f in files):
         return  # check_data names the missing ones
-    try:
-        from verl.utils import hf_tokenizer
-
-        tokenizer = hf_tokenizer(str(folder))
-    except Exception:  # sglang_model / verl say why a tokenizer does not load
+    tokenizer, _ = load_tokenizer(folder)
+    if tokenizer is None:  # sglang_model / verl say why a tokenizer does not load
         return
     limit = int(data.max_prompt_length)
     for file in files:

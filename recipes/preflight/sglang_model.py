@@ -26,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from recipes.gpu_env.kernel_census import shape_of
 from recipes.models import ModelSource, resolve_model
 from recipes.preflight.findings import Report
+from recipes.preflight.model_tokenizer import load_tokenizer
 
 FLASHINFER_HEAD_DIMS = (64, 128, 256, 512)
 TENSOR_CORE_GROUP = 4  # SGLang decodes with FlashInfer's tensor-core module from this GQA group up
@@ -58,7 +59,7 @@ def model_problems(folder: Path, offers_tools: bool, context_needed: int) -> tup
         errors.append(f"{where} has max_position_embeddings {positions}, less than data.max_prompt_length + "
                       f"data.max_response_length = {context_needed}: SGLang's context would cut trajectories; lower "
                       "the lengths or use a model with a longer context")
-    tokenizer, why = _load_tokenizer(folder)
+    tokenizer, why = load_tokenizer(folder)
     if tokenizer is None:
         errors.append(f"{where}: its tokenizer does not load ({why}); verl loads it from the model folder")
         return errors, notes
@@ -80,15 +81,6 @@ def model_problems(folder: Path, offers_tools: bool, context_needed: int) -> tup
                      f"{vocab or '?'} >= {len(tokenizer)} tokens, context {positions or '?'}: SGLang and FlashInfer "
                      "serve it" + (", tool tags one token each" if offers_tools else ""))
     return errors, notes
-
-
-def _load_tokenizer(folder: Path):
-    try:
-        from transformers import AutoTokenizer
-
-        return AutoTokenizer.from_pretrained(str(folder), local_files_only=True), ""
-    except Exception as err:  # one line, whatever it is
-        return None, f"{type(err).__name__}: {str(err).splitlines()[0][:160] if str(err) else ''}"
 
 
 def check_sglang_model(config: DictConfig, report: Report, model: ModelSource | None = None) -> None:
