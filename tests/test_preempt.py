@@ -2,18 +2,18 @@
 scripts/run_gsm8k_grpo.sbatch on a real SLURM of two nodes (the `slurm_nodes` fixture: slurmctld and a slurmd on each
 of node0 and node1, each node its own network, UTS and mount namespace, its own address on a bridge).
 
-One CPU run of 3 steps with `save_freq` 3 (no periodic checkpoint before the end), traces on to a W&B stand-in on the
+One CPU run of 2 steps with `save_freq` 2 (no periodic checkpoint before the end), traces on to a W&B stand-in on the
 bridge, W&B offline, one rank, one rollout replica and one agent-loop worker per node. The batch script starts the Ray
 head on node0 at its eth0 address (RAY_HEAD_INTERFACE; node0's first interface reaches nothing, as on a multi-NIC
 head), then, once the head answers, the Ray worker on node1 (with Ray's GCS retries cut to a few: a worker started
-before the head answers would give up), token auth on both. While step 2 trains, a job of the `urgent` partition
+before the head answers would give up), token auth on both. While step 1 trains, a job of the `urgent` partition
 preempts it: SLURM sends SIGTERM to every step of the job but the batch script's (a grace time, no
 `send_user_signal`), Ray keeps running on both nodes (node1's in its step, node0's in the batch script's), a watching
 step on node0 passes the SIGTERM to the batch script, which forwards it to the launcher; the time limit's USR1 that
 comes meanwhile is only said. The step is saved, the launcher
 exits 75 with its one line and no Ray signal dump, the script stops Ray and requeues the job; the preemptor runs; SLURM
 starts the job again on the same two nodes (the test skips SLURM's requeue delay, `scontrol update StartTime=now`) and
-the same command resumes at step 3 and trains only it, with the data order the first start would have had. W&B
+the same command resumes at step 2 and trains only it, with the data order the first start would have had. W&B
 continues the same run id; the traces of every step arrive exactly once across both starts, from both nodes' relays.
 The resumed trainer's first weight sync to the rollout servers is the checkpointed weights (the CPU servers' checksums,
 CPU_ROLLOUT_EVENTS): the CPU end-to-end run (tests/test_e2e_cpu.py) does not resume, this run does.
@@ -46,7 +46,7 @@ from recipes.constants import REPO_ROOT
 from recipes.trainer.stop_request import EXIT_RESUMABLE
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(2400)]
-OVERRIDES = ("trainer.total_training_steps=3", "trainer.save_freq=3", "trainer.test_freq=-1",
+OVERRIDES = ("trainer.total_training_steps=2", "trainer.save_freq=2", "trainer.test_freq=-1",
              "trainer.val_before_train=false", cpu_run.NO_LENGTH_FILTER)
 ROLLOUT_N, PROMPTS_PER_STEP = 2, 2  # config/profile/cpu_smoke.yaml
 TIMEOUT_S = 1500
@@ -54,6 +54,9 @@ REQUEUED = "[sbatch] launcher exit 75 (stopped, resumable): requeueing job"
 REQUEUE_SETTLE_S = 3
 GCS_TRIES = "3"  # a joining node's GCS tries, 20 by default: a worker that starts before the head answers fails
 METRICS_PORTS = {44217: "the autoscaler monitor's", 44227: "the dashboard's"}  # Ray binds them to every interface
+EVENTS_FILE = "rollout_events.jsonl"  # the CPU rollout servers' own record (CPU_ROLLOUT_EVENTS), both starts
+# in a server's record, not in the forwarded log: step 1's rollouts are under way (a call written in a first turn)
+STEP_ONE_UNDER_WAY = r'"event": "steered_tool_call"'
 TRACE_LINE = re.compile(r"^\[traces\] trace relay on (\S+): (\d+) trace records sent", re.M)
 
 
@@ -157,7 +160,7 @@ def _through_slurm(env: dict, slurm: dict, work: Path) -> dict:
         if nodes > 1:  # Ray's listeners once every node has joined (the launcher starts meanwhile)
             _wait_in_log(log, r"\[ray_nodes\] 2 of 2 Ray node\(s\) alive", env, job_id)
             metrics = _metrics_endpoints(slurm)
-        _wait_in_log(log, r"\bstep:1 - ", env, job_id)
+        _wait_in_log(work / EVENTS_FILE, STEP_ONE_UNDER_WAY, env, job_id)
         if nodes > 1:
             # a job of the urgent partition wants a node: ours is preempted (SIGTERM to its steps, a grace time)
             urgent_id = subprocess.run(["sbatch", "--parsable", f"--partition={slurm['urgent']}", "--nodes=1",
@@ -211,8 +214,8 @@ def _through_the_launcher(env: dict, work: Path) -> dict:
         start = time.monotonic()
         proc = cpu_run.start(env, log, *OVERRIDES)
         try:
-            if name == "stopped":  # step 1's metrics line: step 2 is under way
-                cpu_run.wait_for(log, r"\bstep:1 - ", proc, TIMEOUT_S)
+            if name == "stopped":
+                cpu_run.wait_for(work / EVENTS_FILE, STEP_ONE_UNDER_WAY, proc, TIMEOUT_S)
                 proc.send_signal(signal.SIGTERM)
             status = proc.wait(timeout=TIMEOUT_S)
         finally:
@@ -247,7 +250,7 @@ def preempted(request, tmp_path_factory, mini_gsm8k_dir):
     with loopback_wandb(host=host) as wandb:  # where the nodes reach this machine
         env = cpu_run.environment(model, data, output, TRACE="on", LOGGER="console,wandb", WANDB_MODE="offline",
                                   WANDB_DIR=str(work), TRACE_SPOOL=str(work / "trace_spool"),
-                                  **{EVENTS_ENV: str(work / "rollout_events.jsonl")}, **wandb.env)
+                                  **{EVENTS_ENV: str(work / EVENTS_FILE)}, **wandb.env)
         env.pop("WEAVE_PRINT_CALL_LINK", None)
         run = _through_slurm(env, slurm, work) if slurm else _through_the_launcher(env, work)
         calls = wandb.storage.recorded_calls()
@@ -265,14 +268,14 @@ def test_a_stop_mid_step_saves_the_step_and_says_the_same_command_resumes(preemp
     assert stopped["status"] == EXIT_RESUMABLE, f"exit {stopped['status']}:\n{stopped['log'][-5000:]}"
     checkpoints = output / "checkpoints"
     saved = sorted(p.parent.name for p in checkpoints.glob("global_step_*/data.pt"))
-    assert saved == ["global_step_2", "global_step_3"], "the stop's checkpoint of step 2, the end's of step 3: no other"
-    assert (checkpoints / "global_step_2" / "actor").is_dir()
-    assert cpu_run.steps(stopped["log"]) == [1, 2], "the stopped launch trains steps 1 and 2, then ends"
+    assert saved == ["global_step_1", "global_step_2"], "the stop's checkpoint of step 1, the end's of step 2: no other"
+    assert (checkpoints / "global_step_1" / "actor").is_dir()
+    assert cpu_run.steps(stopped["log"]) == [1], "the stopped launch trains step 1, then ends"
     assert "Training from scratch" in stopped["log"]
     assert _tracebacks(stopped["log"]) == [], "a stop prints no traceback (W&B's service closed before the exit)"
     lines = [line for line in stopped["log"].splitlines() if line.startswith(f"[launch] stopped ({sig})")]
-    assert lines == [f"[launch] stopped ({sig}) after step 2: checkpoint of step 2 in {checkpoints}/global_step_2; "
-                     f"run the same command to resume at step 3 (exit status {EXIT_RESUMABLE})"], lines
+    assert lines == [f"[launch] stopped ({sig}) after step 1: checkpoint of step 1 in {checkpoints}/global_step_1; "
+                     f"run the same command to resume at step 2 (exit status {EXIT_RESUMABLE})"], lines
     before_the_exit = stopped["log"].split(lines[0])[0]
     assert "SIGTERM received" not in before_the_exit, "Ray's signal dump: main_ppo was killed, not stopped"
     assert "stopping main_ppo at once" not in stopped["log"], "a second signal turned the save into a kill"
@@ -281,10 +284,10 @@ def test_a_stop_mid_step_saves_the_step_and_says_the_same_command_resumes(preemp
 def test_the_same_command_resumes_at_the_next_step_and_trains_only_the_rest(preempted):
     resumed = preempted["resumed"]
     assert resumed["status"] == 0, f"exit {resumed['status']}:\n{resumed['log'][-5000:]}"
-    assert "Resuming from" in resumed["log"] and "global_step_2" in resumed["log"]
-    assert cpu_run.steps(resumed["log"]) == [3]
+    assert "Resuming from" in resumed["log"] and "global_step_1" in resumed["log"]
+    assert cpu_run.steps(resumed["log"]) == [2]
     assert _tracebacks(resumed["log"]) == [], "a run's end prints no traceback (W&B's service closed before the exit)"
-    assert (preempted["output"] / "checkpoints" / "latest_checkpointed_iteration.txt").read_text().strip() == "3"
+    assert (preempted["output"] / "checkpoints" / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
     # hydra's run folder (main_ppo's log, composed config) under OUTPUT_DIR/hydra: one per start, none in the repo
     configs = sorted((preempted["output"] / "hydra").glob("*/.hydra/config.yaml"))
     assert len(configs) == 2 and all((c.parent.parent / "main_ppo.log").exists() for c in configs), configs
@@ -292,16 +295,16 @@ def test_the_same_command_resumes_at_the_next_step_and_trains_only_the_rest(pree
 
 def test_the_resumed_trainer_syncs_the_weights_the_stopped_one_saved(preempted):
     """Each rollout server appends a checksum of every weight version it loads (CPU_ROLLOUT_EVENTS, both starts into
-    one file): the stopped start loads versions 0-2, the resumed one 2 (from the step-2 checkpoint), then 3."""
-    events = [json.loads(line) for line in (preempted["work"] / "rollout_events.jsonl").read_text().splitlines()]
+    one file): the stopped start loads versions 0 and 1, the resumed one 1 (from the step-1 checkpoint), then 2."""
+    events = [json.loads(line) for line in (preempted["work"] / EVENTS_FILE).read_text().splitlines()]
     weights = [(e["version"], e["sha256"], e["sum"]) for e in events if e["event"] == "weights"]
     replicas = len({e["replica"] for e in events if e["event"] == "weights"})
     versions = Counter(version for version, _, _ in weights)
-    assert replicas == 2 and versions == {0: 2, 1: 2, 2: 4, 3: 2}, (replicas, versions)
+    assert replicas == 2 and versions == {0: 2, 1: 4, 2: 2}, (replicas, versions)
     by_version = {v: {(sha, total) for version, sha, total in weights if version == v} for v in versions}
-    # version 2: both replicas of both starts, so the resumed start synced what the stopped one saved
+    # version 1: both replicas of both starts, so the resumed start synced what the stopped one saved
     assert all(len(seen) == 1 for seen in by_version.values()), f"replicas or starts disagree: {by_version}"
-    assert len(set().union(*by_version.values())) == 4, f"a step left the weights as they were: {by_version}"
+    assert len(set().union(*by_version.values())) == 3, f"a step left the weights as they were: {by_version}"
 
 
 def test_slurm_requeues_the_job_once_and_it_ends_completed(preempted):
@@ -368,14 +371,14 @@ def test_ray_serves_metrics_only_where_it_gives_no_choice(preempted):
 
 def test_every_row_is_trained_once_over_both_launches_in_one_data_order(preempted):
     prompts = {}
-    for step in (1, 2, 3):
+    for step in (1, 2):
         rollouts = preempted["output"] / "rollouts" / f"{step}.jsonl"
         rows = [json.loads(line) for line in rollouts.read_text().splitlines()]
         assert len(rows) == PROMPTS_PER_STEP * ROLLOUT_N, step
         prompts[step] = {row["input"] for row in rows}
         assert len(prompts[step]) == PROMPTS_PER_STEP, step
     seen = Counter(p for step_prompts in prompts.values() for p in step_prompts)
-    assert len(seen) == 3 * PROMPTS_PER_STEP and set(seen.values()) == {1}, "a row trained twice: data order lost"
+    assert len(seen) == 2 * PROMPTS_PER_STEP and set(seen.values()) == {1}, "a row trained twice: data order lost"
 
 
 def test_wandb_continues_one_run_across_the_stop(preempted):
@@ -389,7 +392,7 @@ def test_each_steps_traces_arrive_exactly_once_across_the_stop(preempted):
     keys = Counter((c["attributes"]["step"], c["attributes"]["sample_index"], c["attributes"]["rollout_n"])
                    for c in roots)
     assert keys and set(keys.values()) == {1}, f"a trajectory traced twice: {keys}"
-    assert {step for step, _, _ in keys} == {1, 2, 3}, sorted(keys)
+    assert {step for step, _, _ in keys} == {1, 2}, sorted(keys)
     assert all(c["ended"] for c in roots)
     if preempted["nodes"] > 1:  # each start: both nodes' relays sent their workers' traces
         for part in (preempted["stopped"]["log"], preempted["resumed"]["log"]):
