@@ -17,8 +17,8 @@ PYTEST_WORKERS=${PYTEST_WORKERS:-3}
 
 use_python cpu
 cd "$REPO_ROOT"
-# the checkout's own modules, compiled once: where PYTHONDONTWRITEBYTECODE is set (many CI images set it), each of the
-# suite's hundreds of processes would compile what it imports anew
+# the checkout's own modules, compiled once: where PYTHONDONTWRITEBYTECODE is set, each of the suite's hundreds of
+# processes would compile what it imports anew
 "$PYTHON" -m compileall -q recipes tools data_prep scripts tests >/dev/null
 export WANDB_ERROR_REPORTING=false WANDB_MODE=offline HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 XDIST=()
