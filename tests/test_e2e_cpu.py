@@ -36,6 +36,7 @@ from pathlib import Path
 import pytest
 
 from harness import cpu_run
+from harness.cpu_backend.server import loaded_weights, weights_checksum
 from harness.cpu_run import NO_LENGTH_FILTER
 from recipes.constants import REPO_ROOT, SHARED_GSM8K_DIR
 from recipes.tracing.volume import groups_on_worker
@@ -71,11 +72,7 @@ class Launch:
 
     def weights(self) -> dict[int, set[tuple[str, float]]]:
         """weights version -> {(sha256, sum)} over the replicas that loaded it."""
-        out: dict[int, set] = {}
-        for e in self.events:
-            if e["event"] == "weights":
-                out.setdefault(e["version"], set()).add((e["sha256"], e["sum"]))
-        return out
+        return loaded_weights(self.events)
 
 
 @dataclass
@@ -181,8 +178,6 @@ def test_two_grpo_steps_update_the_actor_with_nonzero_advantages_and_the_kl_loss
 
 def test_the_weights_the_rollout_receives_change_every_step_and_start_from_the_model_on_disk(smoke):
     from transformers import AutoModelForCausalLM
-
-    from harness.cpu_backend.server import weights_checksum
 
     weights = smoke.train.weights()
     assert sorted(weights) == [0, 1, 2], f"weight versions loaded by the rollout servers: {sorted(weights)}"

@@ -40,7 +40,7 @@ from pathlib import Path
 import pytest
 
 from harness import cpu_run
-from harness.cpu_backend.server import EVENTS_ENV
+from harness.cpu_backend.server import EVENTS_ENV, loaded_weights
 from local_ray_cluster import free_port
 from recipes.constants import REPO_ROOT
 from recipes.trainer.stop_request import EXIT_RESUMABLE
@@ -297,11 +297,10 @@ def test_the_resumed_trainer_syncs_the_weights_the_stopped_one_saved(preempted):
     """Each rollout server appends a checksum of every weight version it loads (CPU_ROLLOUT_EVENTS, both starts into
     one file): the stopped start loads versions 0 and 1, the resumed one 1 (from the step-1 checkpoint), then 2."""
     events = [json.loads(line) for line in (preempted["work"] / EVENTS_FILE).read_text().splitlines()]
-    weights = [(e["version"], e["sha256"], e["sum"]) for e in events if e["event"] == "weights"]
-    replicas = len({e["replica"] for e in events if e["event"] == "weights"})
-    versions = Counter(version for version, _, _ in weights)
+    loads = [e for e in events if e["event"] == "weights"]
+    replicas, versions = len({e["replica"] for e in loads}), Counter(e["version"] for e in loads)
     assert replicas == 2 and versions == {0: 2, 1: 4, 2: 2}, (replicas, versions)
-    by_version = {v: {(sha, total) for version, sha, total in weights if version == v} for v in versions}
+    by_version = loaded_weights(events)
     # version 1: both replicas of both starts, so the resumed start synced what the stopped one saved
     assert all(len(seen) == 1 for seen in by_version.values()), f"replicas or starts disagree: {by_version}"
     assert len(set().union(*by_version.values())) == 3, f"a step left the weights as they were: {by_version}"

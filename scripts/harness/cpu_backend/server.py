@@ -54,6 +54,16 @@ def record(event: str, **fields) -> None:
             f.write(line + "\n")
 
 
+def loaded_weights(events: list[dict]) -> dict[int, set[tuple[str, float]]]:
+    """What a record of `record` lines says was loaded: weights version -> {(sha256, sum)} over every load of it (every
+    replica, every launch that appended to the record)."""
+    out: dict[int, set[tuple[str, float]]] = {}
+    for e in events:
+        if e["event"] == "weights":
+            out.setdefault(e["version"], set()).add((e["sha256"], e["sum"]))
+    return out
+
+
 def weights_checksum(model: torch.nn.Module) -> tuple[int, float, str]:
     """(parameter count, float64 sum, sha256 of the bytes) over the model's parameters in name order."""
     digest, total, count = hashlib.sha256(), 0.0, 0
