@@ -9,5 +9,8 @@ export VERL_USE_EXTERNAL_MODULES="harness.cpu_backend.plugin${VERL_USE_EXTERNAL_
 export VERL_PLATFORM=cpu      # the preflight then counts no GPUs: the ranks are Ray's logical GPUs
 export RAY_ADDRESS=local      # a fresh local Ray instance, never another cluster running on this machine
 export RAY_DEDUP_LOGS=0       # keep every replica's weight-checksum line (Ray folds lines that differ in numbers)
+# Ray starts an idle Python worker per logical CPU (the profile's 16) when the driver connects; the run's actors start
+# their own, and on a few cores the idle ones only take CPU from them
+export RAY_prestart_worker_first_driver=0
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}  # one thread per process: the ranks and servers share the cores
 export TOKENIZERS_PARALLELISM=false

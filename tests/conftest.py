@@ -24,6 +24,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("WEAVE_PRINT_CALL_LINK", "false")
+# the suite's Ray clusters start no idle worker per logical CPU (as scripts/cpu_env.sh for the CPU launches)
+os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
 
 # The suite's own Hugging Face cache, holding the Qwen2.5 models' config.json as a download leaves it: a launch with
 # HF_HUB_OFFLINE=1 finds the recipe's hub models there, as on a node that downloaded them (recipes/preflight/

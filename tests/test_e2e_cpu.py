@@ -356,10 +356,12 @@ def test_the_exported_final_checkpoint_scores_through_the_cpu_eval_path(smoke, t
     # named by the launch's own hydra config (the folder is only "outputs"), for the evaluation's name
     record = json.loads((model / "exported_from.json").read_text())
     assert (record["experiment"], record["step"]) == ("gsm8k_cpu_smoke", TRAIN_STEPS[-1]), record
-    # one CPU rank and rollout replica (the profile has two): what is checked is the eval's path, not its division
+    # one CPU rank, rollout replica and agent-loop worker (the profile has two): what is checked is the eval's path,
+    # not its division
     env.update(DEVICE="cpu", MODEL_PATH=str(model), DATA_DIR=str(smoke.output.parent / "data"),
                OUTPUT_DIR=str(tmp_path / "eval"), N_GPUS_PER_NODE="1")
-    proc = subprocess.run(["bash", str(REPO_ROOT / "scripts" / "eval_gsm8k.sh"), NO_LENGTH_FILTER], env=env, text=True,
+    proc = subprocess.run(["bash", str(REPO_ROOT / "scripts" / "eval_gsm8k.sh"), NO_LENGTH_FILTER,
+                           "actor_rollout_ref.rollout.agent.num_workers=1"], env=env, text=True,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                           timeout=600, start_new_session=True)
     assert proc.returncode == 0, proc.stdout[-6000:]
