@@ -261,3 +261,16 @@ def test_a_relay_started_with_sigterm_blocked_still_stops_on_sigterm(tmp_path):
         pytest.fail("a relay started with SIGTERM blocked did not stop on SIGTERM within 30 s")
     assert relay.process.returncode == 0, out
     assert "trace relay stopped" in out, out
+
+
+def test_a_relay_imports_weave_at_the_first_write_it_digests_not_at_its_start(repo_root):
+    """weave is most of a relay's start-up; a relay no client writes to never needs it."""
+    check = ("import sys; import recipes.trace_relay.__main__, recipes.trace_relay.relay; "
+             "print('weave' in sys.modules); from recipes.trace_relay.protocol import answer_write; "
+             "answer_write('/file/create', 'multipart/form-data; boundary=b', "
+             "b'--b\\r\\nContent-Disposition: form-data; name=\"file\"\\r\\n\\r\\ncode\\r\\n--b--\\r\\n'); "
+             "print('weave' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": recipe_pythonpath(repo_root)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["False", "True"]

@@ -114,7 +114,9 @@ def _documents() -> frozenset[str]:
     global _weave_documents
     if _weave_documents is None:
         from graphql import print_ast
-        from weave.compat.wandb.wandb_thin.internal_api import Api
+
+        with protocol.WEAVE_IMPORT:
+            from weave.compat.wandb.wandb_thin.internal_api import Api
 
         _weave_documents = frozenset(print_ast(getattr(Api, name).document) for name in (
             "PROJECT_QUERY", "UPSERT_PROJECT_MUTATION", "VIEWER_DEFAULT_ENTITY_QUERY", "SERVER_INFO_QUERY"))

@@ -20,14 +20,16 @@ import email.parser
 import email.policy
 import json
 import re
+import threading
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-# imported here, once: a first import inside concurrent request threads can see a half-initialised module
-from weave.trace.serialization import digest as weave_digest
-
 from recipes.trace_relay.names import RELAY_HEALTH_PATH  # noqa: F401  the relay's own route, served beside W&B's
+
+# Held while a request thread imports weave: weave is imported at its first use, not at the relay's start (~1 s of
+# it; a relay no client talks to never needs it), and concurrent first imports could see a half-initialised module.
+WEAVE_IMPORT = threading.Lock()
 
 TRACE_PREFIX = "/traces"
 GRAPHQL_PATH = "/graphql"
@@ -79,12 +81,19 @@ class LocalAnswer:
     request: Any = None  # the JSON body as parsed (ids filled in), so the relay reads it once
 
 
+def weave_digest():
+    """weave's digest code (weave/trace/serialization/digest.py), imported at its first use."""
+    with WEAVE_IMPORT:
+        from weave.trace.serialization import digest
+    return digest
+
+
 def answer_write(route: str, content_type: str, body: bytes, ref_converter=None) -> LocalAnswer:
     """Answer a trace write the way W&B would. `ref_converter(value, project_id)`, if given, maps external refs
     to the server's internal form before digesting (what the real server does; the test stand-in uses it)."""
     if route == "/file/create":
         fields = multipart_fields(content_type, body)
-        digest = weave_digest.compute_file_digest(fields.get("file", b""))
+        digest = weave_digest().compute_file_digest(fields.get("file", b""))
         return LocalAnswer({"digest": digest}, body, _text(fields.get("project_id")), digest)
 
     req = strict_loads(body) if body else {}
@@ -104,13 +113,14 @@ def _answer_json(route: str, req: Any, body: bytes, ref_converter) -> LocalAnswe
     if route == "/obj/create":
         obj = req["obj"]
         val = ref_converter(obj["val"], obj["project_id"]) if ref_converter else obj["val"]
-        digest = weave_digest.compute_object_digest(val, obj.get("builtin_object_class"))
+        digest = weave_digest().compute_object_digest(val, obj.get("builtin_object_class"))
         return LocalAnswer({"digest": digest, "object_id": obj.get("object_id")}, body, obj["project_id"], digest)
     if route == "/table/create":
         table = req["table"]
         rows = ref_converter(table["rows"], table["project_id"]) if ref_converter else table["rows"]
-        row_digests = [weave_digest.compute_row_digest(row) for row in rows]
-        digest = weave_digest.compute_table_digest(row_digests)
+        digests = weave_digest()
+        row_digests = [digests.compute_row_digest(row) for row in rows]
+        digest = digests.compute_table_digest(row_digests)
         return LocalAnswer({"digest": digest, "row_digests": row_digests}, body, table["project_id"], digest,
                            row_digests)
     if route == "/call/start":
