@@ -7,6 +7,7 @@ environment (what weave and wandb read of it, they read when weave.init runs).""
 
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -80,13 +81,17 @@ def warm_worker(repo_root, tmp_path_factory):
     log = home / "warm.err"
     with log.open("w") as err:
         proc = subprocess.Popen([sys.executable, "-c", WARM, str(model_dir)], env=env, cwd=home, text=True,
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err)
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, start_new_session=True)
     try:
         assert proc.stdout.readline() == "ready\n", log.read_text()[-3000:]
         yield proc
     finally:
         proc.stdin.close()
-        proc.wait(timeout=60)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:  # a case still running (a timeout ended its test): it and the warm process
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
 
 
 def run_worker(warm_worker, repo_root, tmp_path, **env):
