@@ -64,10 +64,11 @@ for line in sys.stdin:
 """
 
 
-def case_environ(tmp_path, **env) -> dict[str, str]:
+def case_environ(repo_root, tmp_path, **env) -> dict[str, str]:
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB", "WF_"))}
-    full_env.update({"HOME": str(tmp_path), "WANDB_ERROR_REPORTING": "false",
-                     "GSM8K_RECIPE_TRACE_INIT_TIMEOUT": "60", "WEAVE_USE_SERVER_CACHE": "false", **env})
+    full_env.update({"HOME": str(tmp_path), "PYTHONPATH": recipe_pythonpath(repo_root),
+                     "WANDB_ERROR_REPORTING": "false", "GSM8K_RECIPE_TRACE_INIT_TIMEOUT": "60",
+                     "WEAVE_USE_SERVER_CACHE": "false", **env})
     return full_env
 
 
@@ -77,7 +78,7 @@ def warm_worker(repo_root, tmp_path_factory):
 
     model_dir = build_tiny_qwen2_model_dir(default_cache_dir() / "tiny-qwen2")
     home = tmp_path_factory.mktemp("warm_home")
-    env = {**case_environ(home), "PYTHONPATH": recipe_pythonpath(repo_root)}
+    env = case_environ(repo_root, home)
     log = home / "warm.err"
     with log.open("w") as err:
         proc = subprocess.Popen([sys.executable, "-c", WARM, str(model_dir)], env=env, cwd=home, text=True,
@@ -97,8 +98,8 @@ def warm_worker(repo_root, tmp_path_factory):
 def run_worker(warm_worker, repo_root, tmp_path, **env):
     """One case: (its process's result, its seconds)."""
     out, err = tmp_path / "case.out", tmp_path / "case.err"
-    request = {"env": {**case_environ(tmp_path, **env), "PYTHONPATH": recipe_pythonpath(repo_root)},
-               "cwd": str(tmp_path), "stdout": str(out), "stderr": str(err)}
+    request = {"env": case_environ(repo_root, tmp_path, **env), "cwd": str(tmp_path), "stdout": str(out),
+               "stderr": str(err)}
     warm_worker.stdin.write(json.dumps(request) + "\n")
     warm_worker.stdin.flush()
     answer = json.loads(warm_worker.stdout.readline())
