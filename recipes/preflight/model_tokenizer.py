@@ -19,7 +19,8 @@ def _signature(folder: Path) -> tuple:
     plans several launches) loads again."""
     try:
         with os.scandir(folder) as entries:
-            return tuple(sorted((e.name, e.stat().st_mtime_ns, e.stat().st_size) for e in entries if e.is_file()))
+            stats = [(e.name, e.stat()) for e in entries if e.is_file()]
+        return tuple(sorted((name, st.st_mtime_ns, st.st_size) for name, st in stats))
     except OSError:
         return ()
 
