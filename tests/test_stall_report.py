@@ -135,3 +135,22 @@ def test_the_rollout_part_is_named_from_the_functions_on_the_culprits_stack():
     assert phase_of(nodes, tool) == "rollout (a tool call)"
     assert phase_of(nodes, Suspect(rank=2, node="n", pid=2, command="c", why="w",
                                    stack=[["handler", "/t/other.py", 1]])) == "rollout"
+
+
+def _held(pid: int, frames: list, states=("sleeping",) * 4, failed=()) -> dict:
+    """A process as sample_node records it: the same stack at each sample, py-spy's error at the `failed` ones."""
+    samples = [{"t": i, "state": state, **({"error": "py-spy: failed to read memory"} if i in failed else
+                                          {"threads": [{"name": "main", "tid": 7, "active": False, "frames": frames}]})}
+               for i, state in enumerate(states)]
+    return {"pid": pid, "command": f"python stand_in_{pid}.py", "samples": samples}
+
+
+def test_a_failed_dump_leaves_the_other_samples_to_judge_by_and_a_process_that_ended_is_no_suspect():
+    held = [["the_stuck_call", "/run/stand_in.py", 4], ["<module>", "/run/stand_in.py", 9]]
+    node = {"host": "h", "ip": "127.0.0.1", "processes": [
+        _held(11, held, failed={2}),
+        _held(12, held, states=("sleeping", "sleeping", "gone", "gone"), failed={2, 3}),
+        _held(13, held, failed={0, 1, 3})]}
+    ranked = suspects([node])
+    assert [(s.pid, s.rank) for s in ranked] == [(11, 2)], [s.where() for s in ranked]
+    assert ranked[0].why.startswith("every sample (3) at the_stuck_call (/run/stand_in.py:4)")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -102,12 +103,14 @@ def test_stall_minutes_must_be_a_number_and_stall_action_stop_or_report(prepared
 
 LIMIT_S = 6.0
 SLOW_START_S = 2 * LIMIT_S  # more than the limit, less than the first step's allowance
-HANG_S = 16.0  # reports at about LIMIT_S and 2 x LIMIT_S into it (plus a poll each); a third would come at 3 x
+REPORTS_DUE_S = 90.0  # two reports come about LIMIT_S apart; this is only how long the test waits for them at most
+# the stand-in hangs in its own function until the test has seen two reports: each report's samples all fall inside
+# the hang however slowly a loaded machine runs py-spy (a hang of fixed length ran out under one CI run's load)
 STAND_IN = f"""
 import sys, time
 
 def the_stuck_call():
-    time.sleep({HANG_S})
+    sys.stdin.readline()
 
 time.sleep({SLOW_START_S})
 print("(TaskRunner pid=1) Training from scratch", flush=True)
@@ -125,14 +128,25 @@ def test_report_mode_lets_the_run_go_on_and_reports_again_only_while_nothing_mov
     watch = StallWatch(LIMIT_S / 60, "report", str(tmp_path / "run"), None, out)
     stand_in = tmp_path / "main_ppo_stand_in.py"
     stand_in.write_text(STAND_IN)
-    child = subprocess.Popen([sys.executable, str(stand_in)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    child = subprocess.Popen([sys.executable, str(stand_in)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
     watch.follow(child)
+    waited = time.monotonic() + SLOW_START_S + REPORTS_DUE_S
+    while len(watch.reports) < 2 and child.poll() is None and time.monotonic() < waited:
+        time.sleep(0.1)
+    # released at once: a third report could come no sooner than a limit after the second began, and the second
+    # sampled for half a limit
+    try:
+        child.stdin.close()  # the stand-in's readline returns at end of input
+    except BrokenPipeError:
+        pass  # it ended on its own: the assertions below say how
     status = watch.finish(child.wait(timeout=120))
     said = out.getvalue()
     assert status == 3, said  # main_ppo's own status: the watchdog did not stop it
     assert len(watch.reports) == 2, said  # none during the slow start, none once step 2 came
     assert sorted(p.name for p in (tmp_path / "run" / "stall").iterdir()) == sorted(r.path.name for r in watch.reports)
     for report in watch.reports:
+        assert report.culprit is not None, said
         assert report.culprit.pid == child.pid and report.culprit.stack[0][0] == "the_stuck_call", report.line()
         assert report.step == "in step 2" and report.line() in said
     assert "last: step 1)" in said and "last progress: step 2;" in said

@@ -11,9 +11,10 @@ A suspect is a process, or one thread of it, that stayed put over the whole wind
    select, a child process);
 6. a thread waiting in a collective (torch.distributed) in every sample: it waits for a peer, so it is the
    culprit only when nothing above is found.
-Ties go to a process that is executing a Ray task (its title `ray::Class.method`) and whose stack its peers (same
-class) do not share. Everything else (an event loop waiting in select, a Ray worker idle in its main loop, a
-thread waiting on a lock or a queue) is a bystander.
+"Every sample" counts the samples py-spy could read (a dump can fail while a process runs; two are the least to
+judge by); a process gone by the last sample is no suspect. Ties go to a process that is executing a Ray task (its
+title `ray::Class.method`) and whose stack its peers (same class) do not share. Everything else (an event loop
+waiting in select, a Ray worker idle in its main loop, a thread waiting on a lock or a queue) is a bystander.
 
 The phase: where the trainer's loop (`RayPPOTrainer.fit`, in Ray's TaskRunner actor) is, from its stack in the
 last sample (the innermost frame of verl's trainer, and the source line it is on), refined by the culprit's stack (a
@@ -118,7 +119,11 @@ def _suspects_in(node: str, proc: dict) -> list[Suspect]:
     if all(s.get("state") in STOPPED for s in samples):
         return [Suspect(rank=1, why=f"stopped in every sample (state {samples[0]['state']}: SIGSTOP or a debugger)",
                         **base)]
-    if any("threads" not in s for s in samples):
+    if samples[-1].get("state") == "gone":
+        return []  # it ended within the window: whatever held it no longer does
+    # a dump that failed (py-spy reading a process while it runs can miss) leaves the others to judge by
+    samples = [s for s in samples if "threads" in s]
+    if len(samples) < 2:
         return []
     found = []
     for stacks in _threads(samples).values():
