@@ -135,9 +135,11 @@ VERSION_BEFORE = re.compile(r"\b(?:CUDA|Python|nvcc|gcc|g\+\+|torch|verl|sglang|
 def test_prose_links_to_measured_figures_instead_of_repeating_them(pages, measured):
     """A figure repeated in prose would need a prose edit every time it is re-measured (the CI-time commits)."""
     values = {f.name: f.value for f in measured.read_page(measured.PAGE)}
-    # figures distinctive enough to find in prose: a decimal, range or ratio, or three digits and more
+    # figures distinctive enough to find in prose: a decimal of two significant digits and more ("0.9" is a GB, a
+    # rate, a threshold as often as a measurement), a range or ratio, or three digits and more
     tokens = {tok: name for name, value in values.items() for tok in value.split(",")
-              if re.fullmatch(r"\d+[.\-/]\d+|\d{3,}", tok)}
+              if re.fullmatch(r"\d+[\-/]\d+|\d{3,}", tok)
+              or (re.fullmatch(r"\d+\.\d+", tok) and len(tok.replace(".", "").lstrip("0")) >= 2)}
     repeated = []
     for page, text in pages.items():
         if page == measured.PAGE:
