@@ -29,6 +29,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from recipes.constants import REPO_ROOT
+from recipes.watchdog.sample import GONE
 
 _STDLIB = re.compile(r"/lib/python3\.\d+/(?!site-packages/|dist-packages/)")
 _LIBRARY_MARKS = ("/site-packages/", "/dist-packages/")
@@ -119,7 +120,7 @@ def _suspects_in(node: str, proc: dict) -> list[Suspect]:
     if all(s.get("state") in STOPPED for s in samples):
         return [Suspect(rank=1, why=f"stopped in every sample (state {samples[0]['state']}: SIGSTOP or a debugger)",
                         **base)]
-    if samples[-1].get("state") == "gone":
+    if samples[-1].get("state") == GONE:
         return []  # it ended within the window: whatever held it no longer does
     # a dump that failed (py-spy reading a process while it runs can miss) leaves the others to judge by
     samples = [s for s in samples if "threads" in s]

@@ -26,6 +26,7 @@ WINDOW_S = 60.0  # CPU use is measured across it, stacks taken SAMPLES times wit
 SAMPLES = 5
 DUMP_TIMEOUT_S = 20.0
 PARALLEL_DUMPS = 4
+GONE = "gone"  # a sample's state for a process that ended before it (recipes/watchdog/culprit.py reads it)
 GPU_QUERY = ["--query-gpu=index,name,utilization.gpu,memory.used,memory.total", "--format=csv,noheader"]
 GPU_APPS_QUERY = ["--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader"]
 
@@ -139,7 +140,7 @@ def _state(proc: psutil.Process) -> str:
     try:
         return proc.status()
     except psutil.NoSuchProcess:
-        return "gone"
+        return GONE
     except psutil.Error:
         return "?"
 
